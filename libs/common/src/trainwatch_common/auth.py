@@ -1,0 +1,62 @@
+"""Bearer tokens and roles, shared by the registry's and the persister's APIs.
+
+Tokens come from settings (TRAINWATCH_ADMIN_TOKENS, TRAINWATCH_VIEWER_TOKENS,
+TRAINWATCH_WATCHER_TOKENS: comma-separated), or files mounted from a secret. Roles:
+admin writes clusters; viewer reads clusters and jobs; watcher reads connection configs.
+An admin may do what a viewer may.
+"""
+
+from __future__ import annotations
+
+import hmac
+from enum import StrEnum
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    VIEWER = "viewer"
+    WATCHER = "watcher"
+
+
+# Which roles satisfy a required role.
+_GRANTS: dict[Role, frozenset[Role]] = {
+    Role.ADMIN: frozenset({Role.ADMIN}),
+    Role.VIEWER: frozenset({Role.ADMIN, Role.VIEWER}),
+    Role.WATCHER: frozenset({Role.WATCHER}),
+}
+
+
+class ApiTokens(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="TRAINWATCH_", extra="ignore")
+
+    admin_tokens: SecretStr = Field(SecretStr(""), description="Comma-separated admin bearer tokens")
+    viewer_tokens: SecretStr = Field(SecretStr(""), description="Comma-separated viewer bearer tokens")
+    watcher_tokens: SecretStr = Field(SecretStr(""), description="Comma-separated watcher bearer tokens")
+
+    def _tokens(self, role: Role) -> list[str]:
+        raw = {Role.ADMIN: self.admin_tokens, Role.VIEWER: self.viewer_tokens, Role.WATCHER: self.watcher_tokens}
+        return [t.strip() for t in raw[role].get_secret_value().split(",") if t.strip()]
+
+    def role_of(self, token: str) -> Role | None:
+        """The role a presented token has (compared in constant time), or None."""
+        found: Role | None = None
+        for role in Role:
+            for known in self._tokens(role):
+                if hmac.compare_digest(known.encode(), token.encode()):
+                    found = found or role
+        return found
+
+    @staticmethod
+    def allows(role: Role | None, required: Role) -> bool:
+        return role is not None and role in _GRANTS[required]
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or None."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None

@@ -1,0 +1,100 @@
+"""Job-status events: the normalized model of ../shared/reference/job-status-and-feishu.md §3."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwatch_common.events.ids import job_event_id
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    UNKNOWN = "Unknown"
+
+
+class SubPhase(StrEnum):
+    CREATED = "Created"
+    QUEUED = "Queued"
+    SCHEDULING = "Scheduling"
+    INITIALIZING = "Initializing"
+    WAITING = "Waiting"
+    FINISHING = "Finishing"
+    ABORTING = "Aborting"
+
+
+JobChange = Literal["created", "transition", "deleted"]
+"""created: first seen; transition: (phase, sub_phase, terminal) changed; deleted: gone from the cluster."""
+
+
+class ReplicaCounts(BaseModel):
+    """One role's replicas (a Kubeflow replica type, a Volcano task, a JobSet replicatedJob...)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    desired: int | None = None
+    active: int = 0
+    ready: int | None = None
+    succeeded: int = 0
+    failed: int = 0
+
+
+class JobRef(BaseModel):
+    """Which job this is: stable across its life (uid) and ordered by resourceVersion."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    cluster_id: str
+    api_version: str
+    kind: str
+    kind_key: str = Field(description="Trainwatch's stable kind name, e.g. pytorchjob, volcanojob, job")
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+
+
+class JobStatusEvent(BaseModel):
+    """One change of one job, as published on jobs.v1.<cluster>.<namespace>.<kind>.<name>."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str = Field(description="Deterministic: job_event_id(cluster_id, uid, sequence)")
+    change: JobChange
+    sequence: int = Field(ge=0, description="Per-uid transition counter: 0 for created, +1 per event")
+    epoch: int = Field(ge=0, description="Fencing token of the emitting watcher's lease on the cluster")
+    watcher_id: str | None = None
+
+    job: JobRef
+    phase: Phase
+    sub_phase: SubPhase | None = None
+    terminal: bool = False
+    previous_phase: Phase | None = None
+    reason: str | None = None
+    message: str | None = None
+    source: str | None = Field(None, description='Where the phase was read, e.g. "condition:Failed"')
+
+    replicas: dict[str, ReplicaCounts] = Field(default_factory=dict)
+    restart_count: int = 0
+
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    source_transition_time: datetime | None = None
+    observed_at: datetime
+
+    labels: dict[str, str] = Field(default_factory=dict, description="The job labels selected for events")
+    owner: str | None = None
+    queue: str | None = None
+
+    @classmethod
+    def expected_event_id(cls, cluster_id: str, uid: str, sequence: int) -> str:
+        return job_event_id(cluster_id, uid, sequence)

@@ -1,0 +1,90 @@
+"""A Redis lease with a fencing token.
+
+Acquiring a lease and taking the next fencing token happen in one Lua script, so every
+owner of a name gets a strictly larger ``epoch`` than the one before it. Renew and release
+compare the stored value first, so an owner whose lease expired and was taken by another can
+never extend or delete the new owner's lease.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  local epoch = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], ARGV[1] .. '|' .. epoch, 'PX', ARGV[2])
+  return epoch
+end
+return false
+"""
+
+_RENEW = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    name: str
+    holder: str
+    epoch: int
+
+    @property
+    def value(self) -> str:
+        return f"{self.holder}|{self.epoch}"
+
+
+class LeaseManager:
+    """Acquire, renew and release leases named ``<prefix>:lease:<name>``."""
+
+    def __init__(self, redis: Redis, *, prefix: str = "trainwatch", ttl_ms: int = 10_000) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self.ttl_ms = ttl_ms
+        self._acquire = redis.register_script(_ACQUIRE)
+        self._renew = redis.register_script(_RENEW)
+        self._release = redis.register_script(_RELEASE)
+
+    def lease_key(self, name: str) -> str:
+        return f"{self._prefix}:lease:{name}"
+
+    def epoch_key(self, name: str) -> str:
+        return f"{self._prefix}:epoch:{name}"
+
+    async def acquire(self, name: str, holder: str) -> Lease | None:
+        """The lease with a new epoch, or None if someone else holds it."""
+        epoch = await self._acquire(keys=[self.lease_key(name), self.epoch_key(name)], args=[holder, self.ttl_ms])
+        return Lease(name, holder, int(epoch)) if epoch else None
+
+    async def renew(self, lease: Lease) -> bool:
+        """True if we still held the lease and extended it by the TTL."""
+        return bool(await self._renew(keys=[self.lease_key(lease.name)], args=[lease.value, self.ttl_ms]))
+
+    async def release(self, lease: Lease) -> bool:
+        return bool(await self._release(keys=[self.lease_key(lease.name)], args=[lease.value]))
+
+    async def holder_of(self, name: str) -> tuple[str, int] | None:
+        raw = await self._redis.get(self.lease_key(name))
+        if raw is None:
+            return None
+        text = raw.decode() if isinstance(raw, bytes) else str(raw)
+        holder, _, epoch = text.rpartition("|")
+        return holder, int(epoch)
+
+    async def current_epoch(self, name: str) -> int:
+        """The latest fencing token handed out for ``name`` (0 if never acquired)."""
+        raw = await self._redis.get(self.epoch_key(name))
+        return int(raw) if raw is not None else 0

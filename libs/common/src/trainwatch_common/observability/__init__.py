@@ -1,0 +1,1 @@
+"""Logging, health and metrics, the same in every service."""

@@ -1,0 +1,86 @@
+"""/healthz, /readyz and /metrics for every service.
+
+A service with its own FastAPI app mounts ``health_routes(...)``; a service with no HTTP API
+(the watcher) runs ``serve_health(...)`` beside its work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+
+import uvicorn
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+log = logging.getLogger(__name__)
+
+ReadinessCheck = Callable[[], Awaitable[bool] | bool]
+
+
+def health_routes(
+    checks: Mapping[str, ReadinessCheck] | None = None, registry: CollectorRegistry = REGISTRY
+) -> list[Route]:
+    """Liveness is "the process answers"; readiness runs every named check."""
+    checks = dict(checks or {})
+
+    async def healthz(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def readyz(_: Request) -> Response:
+        results: dict[str, bool] = {}
+        for name, check in checks.items():
+            try:
+                outcome = check()
+                results[name] = bool(await outcome) if isinstance(outcome, Awaitable) else bool(outcome)
+            except Exception as exc:  # a failing check means "not ready", never a 500
+                log.debug("readiness check failed", extra={"check": name, "error": repr(exc)})
+                results[name] = False
+        ready = all(results.values())
+        return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+
+    async def metrics(_: Request) -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    return [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/readyz", readyz, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+    ]
+
+
+def health_app(checks: Mapping[str, ReadinessCheck] | None = None) -> Starlette:
+    return Starlette(routes=health_routes(checks))
+
+
+class HealthServer:
+    """Runs a health app under uvicorn until cancelled; ``port`` is known once started."""
+
+    def __init__(self, app: Starlette, *, host: str, port: int) -> None:
+        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
+        self._server = uvicorn.Server(config)
+        self.port: int | None = None
+
+    async def serve(self, started: asyncio.Event | None = None) -> None:
+        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        serve_task = asyncio.create_task(self._server.serve(), name="health-server")
+        try:
+            while not self._server.started:
+                if serve_task.done():
+                    await serve_task  # re-raise a bind failure
+                    return
+                await asyncio.sleep(0.01)
+            sockets = [s for server in self._server.servers for s in server.sockets]
+            self.port = sockets[0].getsockname()[1] if sockets else None
+            if started is not None:
+                started.set()
+            await serve_task
+        finally:
+            self._server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await serve_task

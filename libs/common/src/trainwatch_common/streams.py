@@ -1,0 +1,151 @@
+"""Every JetStream stream, KV bucket and durable consumer Trainwatch uses, in one place.
+
+Services call ``ensure_streams(js)`` at start-up: it creates what is missing and brings an
+existing stream's configuration up to date, so any number of replicas may call it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    KeyValueConfig,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.errors import BadRequestError, NotFoundError
+from nats.js.kv import KeyValue
+
+from trainwatch_common.subjects import CLUSTERS_PREFIX, DEADLETTER_PREFIX, JOBS_PREFIX
+
+log = logging.getLogger(__name__)
+
+DAY = 24 * 3600.0
+
+JOBS_STREAM = StreamConfig(
+    name="JOBS",
+    description="Normalized job-status events (CloudEvents JSON), one per real transition",
+    subjects=[f"{JOBS_PREFIX}.>"],
+    storage=StorageType.FILE,
+    max_age=7 * DAY,
+    # The Nats-Msg-Id window: a watcher that re-publishes after a crash does so within minutes.
+    duplicate_window=15 * 60.0,
+)
+
+CLUSTERS_STREAM = StreamConfig(
+    name="CLUSTERS",
+    description="Cluster added / updated / removed events from the registry",
+    subjects=[f"{CLUSTERS_PREFIX}.added.*", f"{CLUSTERS_PREFIX}.updated.*", f"{CLUSTERS_PREFIX}.removed.*"],
+    storage=StorageType.FILE,
+    max_age=30 * DAY,
+    duplicate_window=15 * 60.0,
+)
+
+CLUSTER_HEALTH_STREAM = StreamConfig(
+    name="CLUSTER_HEALTH",
+    description="Per-cluster health reported by the owning watcher; only the latest few matter",
+    subjects=[f"{CLUSTERS_PREFIX}.health.*"],
+    storage=StorageType.FILE,
+    max_msgs_per_subject=10,
+    max_age=1 * DAY,
+)
+
+DEADLETTER_STREAM = StreamConfig(
+    name="DEADLETTER",
+    description="Messages a service gave up on, with the reason in the Trainwatch-Reason header",
+    subjects=[f"{DEADLETTER_PREFIX}.>"],
+    storage=StorageType.FILE,
+    max_age=30 * DAY,
+)
+
+ALL_STREAMS: tuple[StreamConfig, ...] = (JOBS_STREAM, CLUSTERS_STREAM, CLUSTER_HEALTH_STREAM, DEADLETTER_STREAM)
+
+# The desired set of clusters (key: cluster id, value: ClusterSpec JSON), for late joiners.
+CLUSTERS_BUCKET = KeyValueConfig(
+    bucket="trainwatch_clusters",
+    description="Desired clusters as ClusterSpec JSON, kept by the registry",
+    history=1,
+    storage=StorageType.FILE,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class DurableConsumer:
+    stream: str
+    config: ConsumerConfig
+
+
+NOTIFIER_CONSUMER = DurableConsumer(
+    stream=JOBS_STREAM.name or "JOBS",
+    config=ConsumerConfig(
+        durable_name="notifier",
+        deliver_policy=DeliverPolicy.NEW,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=60.0,
+        max_ack_pending=1000,
+    ),
+)
+
+PERSISTER_CONSUMER = DurableConsumer(
+    stream=JOBS_STREAM.name or "JOBS",
+    config=ConsumerConfig(
+        durable_name="persister",
+        deliver_policy=DeliverPolicy.ALL,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=30.0,
+        max_ack_pending=20000,
+    ),
+)
+
+REGISTRY_HEALTH_CONSUMER = DurableConsumer(
+    stream=CLUSTER_HEALTH_STREAM.name or "CLUSTER_HEALTH",
+    config=ConsumerConfig(
+        durable_name="registry-health",
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.EXPLICIT,
+        ack_wait=30.0,
+    ),
+)
+
+
+async def ensure_streams(js: JetStreamContext) -> None:
+    """Create or update every stream and the clusters KV bucket. Safe to call concurrently."""
+    for config in ALL_STREAMS:
+        await _ensure_stream(js, config)
+    await ensure_clusters_bucket(js)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
+    assert config.name
+    try:
+        await js.stream_info(config.name)
+    except NotFoundError:
+        try:
+            await js.add_stream(config=config)
+            log.info("created stream", extra={"stream": config.name})
+            return
+        except BadRequestError:
+            pass  # another replica created it between our two calls; update below
+    await js.update_stream(config=config)
+
+
+async def ensure_clusters_bucket(js: JetStreamContext) -> KeyValue:
+    try:
+        return await js.key_value(CLUSTERS_BUCKET.bucket)
+    except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
+        return await js.create_key_value(config=CLUSTERS_BUCKET)
+
+
+async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:
+    """Create a durable consumer if it is missing (an existing one keeps its position)."""
+    name = consumer.config.durable_name
+    assert name
+    try:
+        await js.consumer_info(consumer.stream, name)
+    except NotFoundError:
+        await js.add_consumer(consumer.stream, config=consumer.config)

@@ -1,0 +1,178 @@
+"""The pytest plugin every Trainwatch test suite loads (``-p trainwatch_common.testing.plugin``).
+
+Where a server comes from, in order of preference:
+1. a URL in an environment variable (TRAINWATCH_TEST_NATS_URL, ..._REDIS_URL, ..._POSTGRES_URL);
+   point these only at throwaway servers: tests create and delete streams, keys and databases;
+2. a local server process on a free port with its own temp dir (the default);
+3. testcontainers, when the binary is missing and a Docker engine answers.
+Fault tests use the ``*_process`` fixtures, which always start their own process so they can
+stop, kill and restart it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainwatch_common.testing.servers import (
+    ExternalServer,
+    NatsServer,
+    PostgresServer,
+    RedisServer,
+    ServerMissing,
+    ServerProcess,
+    docker_available,
+    server_version,
+)
+
+_versions: dict[str, str] = {}
+
+
+def _start(server: ServerProcess) -> ServerProcess:
+    try:
+        server.start()
+    except ServerMissing:
+        if not docker_available():
+            raise
+        raise ServerMissing(
+            f"{server.name} binary missing; a Docker engine answers, so install testcontainers "
+            "(`uv pip install testcontainers`) and set the TRAINWATCH_TEST_*_URL variables from it"
+        ) from None
+    _versions.setdefault(server.name, server_version(server))
+    return server
+
+
+# -- NATS -------------------------------------------------------------------------------------
+@pytest.fixture
+def nats_process(tmp_path: Path) -> Iterator[NatsServer]:
+    """A nats-server with JetStream of this test's own, which the test may stop and restart."""
+    server = NatsServer(workdir=tmp_path / "nats")
+    server.workdir.mkdir()
+    _start(server)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A clean JetStream server's URL (a fresh process per test unless TRAINWATCH_TEST_NATS_URL is set)."""
+    external = os.environ.get("TRAINWATCH_TEST_NATS_URL")
+    if external:
+        asyncio.run(_delete_all_streams(external))
+        yield external
+        return
+    yield request.getfixturevalue("nats_process").url
+
+
+async def _delete_all_streams(url: str) -> None:
+    import nats
+
+    client = await nats.connect(url)
+    try:
+        js = client.jetstream()
+        for info in await js.streams_info():
+            await js.delete_stream(info.config.name)
+    finally:
+        await client.close()
+
+
+# -- Redis ------------------------------------------------------------------------------------
+@pytest.fixture
+def redis_process(tmp_path: Path) -> Iterator[RedisServer]:
+    server = RedisServer(workdir=tmp_path / "redis")
+    server.workdir.mkdir()
+    _start(server)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A clean Redis database's URL."""
+    external = os.environ.get("TRAINWATCH_TEST_REDIS_URL")
+    if external:
+        import redis
+
+        client = redis.Redis.from_url(external)
+        client.flushdb()
+        client.close()
+        yield external
+        return
+    yield request.getfixturevalue("redis_process").url
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | ExternalServer]:
+    external = os.environ.get("TRAINWATCH_TEST_POSTGRES_URL")
+    if external:
+        yield ExternalServer(external)
+        return
+    server = PostgresServer(workdir=tmp_path_factory.mktemp("postgres"))
+    _start(server)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer | ExternalServer) -> str:
+    """A new, empty database on the session's PostgreSQL (a URL in the plain postgresql:// form)."""
+    if isinstance(postgres_server, ExternalServer):
+        return _create_external_database(postgres_server.url)
+    return postgres_server.create_database(f"t_{uuid.uuid4().hex[:12]}")
+
+
+def _create_external_database(url: str) -> str:
+    import subprocess
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qc", f'CREATE DATABASE "{name}"'], check=True)
+    return url.rsplit("/", 1)[0] + "/" + name
+
+
+@pytest.fixture
+def postgres_process(tmp_path: Path) -> Iterator[PostgresServer]:
+    """A PostgreSQL of this test's own, which the test may kill and restart."""
+    server = PostgresServer(workdir=tmp_path / "pg")
+    server.workdir.mkdir()
+    _start(server)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """An SQLite database file in this test's temp dir (SQLAlchemy async URL)."""
+    return f"sqlite+aiosqlite:///{tmp_path / 'trainwatch.db'}"
+
+
+# -- leftover tasks ---------------------------------------------------------------------------
+@pytest.fixture(autouse=True)
+async def _no_leftover_tasks() -> AsyncIterator[None]:
+    """Fail a test that leaves named tasks running: every task of ours has an owner that stops it."""
+    before = asyncio.all_tasks()
+    yield
+    for _ in range(3):  # let cancelled tasks finish their clean-up
+        await asyncio.sleep(0)
+    leftovers = [
+        task
+        for task in asyncio.all_tasks() - before
+        if task is not asyncio.current_task() and not task.done() and not task.get_name().startswith("Task-")
+    ]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        pytest.fail(f"test left tasks running: {sorted(t.get_name() for t in leftovers)}")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _versions:
+        terminalreporter.write_sep("-", "real servers used")
+        for name, version in sorted(_versions.items()):
+            terminalreporter.write_line(f"{name}: {version}")

