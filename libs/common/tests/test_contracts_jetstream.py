@@ -62,8 +62,12 @@ async def test_publish_with_msg_id_suppresses_the_duplicate(nats_url: str) -> No
         await ensure_streams(js)
         event = make_event()
         subject = job_subject(cluster_id="alpha", namespace="team-a", kind_key="pytorchjob", name="train-1")
-        first = await js.publish(subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id})
-        again = await js.publish(subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id})
+        first = await js.publish(
+            subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id}
+        )
+        again = await js.publish(
+            subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id}
+        )
         assert not first.duplicate
         assert again.duplicate
         assert again.seq == first.seq

@@ -37,7 +37,11 @@ class ApiTokens(BaseSettings):
     watcher_tokens: SecretStr = Field(SecretStr(""), description="Comma-separated watcher bearer tokens")
 
     def _tokens(self, role: Role) -> list[str]:
-        raw = {Role.ADMIN: self.admin_tokens, Role.VIEWER: self.viewer_tokens, Role.WATCHER: self.watcher_tokens}
+        raw = {
+            Role.ADMIN: self.admin_tokens,
+            Role.VIEWER: self.viewer_tokens,
+            Role.WATCHER: self.watcher_tokens,
+        }
         return [t.strip() for t in raw[role].get_secret_value().split(",") if t.strip()]
 
     def role_of(self, token: str) -> Role | None:

@@ -66,7 +66,9 @@ class LeaseManager:
 
     async def acquire(self, name: str, holder: str) -> Lease | None:
         """The lease with a new epoch, or None if someone else holds it."""
-        epoch = await self._acquire(keys=[self.lease_key(name), self.epoch_key(name)], args=[holder, self.ttl_ms])
+        epoch = await self._acquire(
+            keys=[self.lease_key(name), self.epoch_key(name)], args=[holder, self.ttl_ms]
+        )
         return Lease(name, holder, int(epoch)) if epoch else None
 
     async def renew(self, lease: Lease) -> bool:

@@ -63,7 +63,12 @@ DEADLETTER_STREAM = StreamConfig(
     max_age=30 * DAY,
 )
 
-ALL_STREAMS: tuple[StreamConfig, ...] = (JOBS_STREAM, CLUSTERS_STREAM, CLUSTER_HEALTH_STREAM, DEADLETTER_STREAM)
+ALL_STREAMS: tuple[StreamConfig, ...] = (
+    JOBS_STREAM,
+    CLUSTERS_STREAM,
+    CLUSTER_HEALTH_STREAM,
+    DEADLETTER_STREAM,
+)
 
 # The desired set of clusters (key: cluster id, value: ClusterSpec JSON), for late joiners.
 CLUSTERS_BUCKET = KeyValueConfig(

@@ -119,6 +119,8 @@ class ClusterConnection(BaseModel):
     kubeconfig: str = Field(repr=False, description="Sanitized kubeconfig reduced to one context (YAML)")
 
     def __repr__(self) -> str:  # keep secrets out of logs and tracebacks
-        return f"ClusterConnection(cluster_id={self.cluster_id!r}, fingerprint={self.connection_fingerprint!r})"
+        return (
+            f"ClusterConnection(cluster_id={self.cluster_id!r}, fingerprint={self.connection_fingerprint!r})"
+        )
 
     __str__ = __repr__

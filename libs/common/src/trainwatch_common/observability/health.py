@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import uvicorn
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -58,16 +58,23 @@ def health_app(checks: Mapping[str, ReadinessCheck] | None = None) -> Starlette:
     return Starlette(routes=health_routes(checks))
 
 
+class EmbeddedServer(uvicorn.Server):
+    """A uvicorn server that leaves SIGINT/SIGTERM to the service that embeds it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 class HealthServer:
     """Runs a health app under uvicorn until cancelled; ``port`` is known once started."""
 
     def __init__(self, app: Starlette, *, host: str, port: int) -> None:
         config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
-        self._server = uvicorn.Server(config)
+        self._server = EmbeddedServer(config)
         self.port: int | None = None
 
     async def serve(self, started: asyncio.Event | None = None) -> None:
-        self._server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         serve_task = asyncio.create_task(self._server.serve(), name="health-server")
         try:
             while not self._server.started:
@@ -79,8 +86,8 @@ class HealthServer:
             self.port = sockets[0].getsockname()[1] if sockets else None
             if started is not None:
                 started.set()
-            await serve_task
+            # Shielded: on cancellation uvicorn must still close its sockets in its own shutdown.
+            await asyncio.shield(serve_task)
         finally:
             self._server.should_exit = True
-            with contextlib.suppress(asyncio.CancelledError):
-                await serve_task
+            await asyncio.gather(serve_task, return_exceptions=True)

@@ -18,7 +18,9 @@ _STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message"
 
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
-    re.compile(r"(?i)((?:token|password|secret|client-key-data|client-certificate-data)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"),
+    re.compile(
+        r"(?i)((?:token|password|secret|client-key-data|client-certificate-data)[\"']?\s*[:=]\s*[\"']?)[^\s\"',}]+"
+    ),
 )
 
 

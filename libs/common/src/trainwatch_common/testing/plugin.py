@@ -77,7 +77,8 @@ async def _delete_all_streams(url: str) -> None:
     try:
         js = client.jetstream()
         for info in await js.streams_info():
-            await js.delete_stream(info.config.name)
+            if info.config.name:
+                await js.delete_stream(info.config.name)
     finally:
         await client.close()
 
@@ -109,12 +110,12 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
 
 # -- PostgreSQL -------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
-def postgres_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresServer | ExternalServer]:
+def postgres_server() -> Iterator[PostgresServer | ExternalServer]:
     external = os.environ.get("TRAINWATCH_TEST_POSTGRES_URL")
     if external:
         yield ExternalServer(external)
         return
-    server = PostgresServer(workdir=tmp_path_factory.mktemp("postgres"))
+    server = PostgresServer()  # its own dir under /tmp: the 'postgres' user cannot enter pytest's tmp
     _start(server)
     yield server
     server.close()
@@ -137,10 +138,9 @@ def _create_external_database(url: str) -> str:
 
 
 @pytest.fixture
-def postgres_process(tmp_path: Path) -> Iterator[PostgresServer]:
+def postgres_process() -> Iterator[PostgresServer]:
     """A PostgreSQL of this test's own, which the test may kill and restart."""
-    server = PostgresServer(workdir=tmp_path / "pg")
-    server.workdir.mkdir()
+    server = PostgresServer()
     _start(server)
     yield server
     server.close()

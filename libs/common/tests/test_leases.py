@@ -1,0 +1,67 @@
+import pytest
+from redis.asyncio import Redis
+
+from trainwatch_common import LeaseManager
+from trainwatch_common.testing import RedisServer
+
+
+@pytest.fixture
+async def leases(redis_url: str):  # type: ignore[no-untyped-def]
+    client = Redis.from_url(redis_url)
+    yield LeaseManager(client, ttl_ms=10_000)
+    await client.aclose()
+
+
+async def test_one_holder_at_a_time_with_growing_epochs(leases: LeaseManager) -> None:
+    first = await leases.acquire("c1", "replica-a")
+    assert first is not None
+    assert first.epoch == 1
+    assert await leases.acquire("c1", "replica-b") is None
+    assert await leases.holder_of("c1") == ("replica-a", 1)
+    assert await leases.renew(first)
+    assert await leases.release(first)
+    second = await leases.acquire("c1", "replica-b")
+    assert second is not None
+    assert second.epoch == 2
+    assert await leases.current_epoch("c1") == 2
+
+
+async def test_a_stale_owner_cannot_renew_or_release(leases: LeaseManager) -> None:
+    old = await leases.acquire("c1", "replica-a")
+    assert old is not None
+    await leases.release(old)
+    new = await leases.acquire("c1", "replica-a")  # same holder name, new epoch
+    assert new is not None
+    assert not await leases.renew(old)
+    assert not await leases.release(old)
+    assert await leases.holder_of("c1") == ("replica-a", new.epoch)
+
+
+async def test_lease_expires_after_ttl(redis_url: str) -> None:
+    client = Redis.from_url(redis_url)
+    try:
+        short = LeaseManager(client, ttl_ms=50)
+        lease = await short.acquire("c1", "a")
+        assert lease is not None
+        from trainwatch_common.testing import eventually
+
+        taken = await eventually(lambda: short.acquire("c1", "b"), timeout=5, message="lease expiry")
+        assert taken.holder == "b"
+        assert taken.epoch == lease.epoch + 1
+        assert not await short.renew(lease)
+    finally:
+        await client.aclose()
+
+
+async def test_epochs_survive_a_redis_restart(redis_process: RedisServer) -> None:
+    client = Redis.from_url(redis_process.url)
+    try:
+        leases = LeaseManager(client)
+        assert (await leases.acquire("c1", "a")) is not None
+        redis_process.restart()
+        await client.aclose()
+        client = Redis.from_url(redis_process.url)
+        leases = LeaseManager(client)
+        assert await leases.current_epoch("c1") == 1
+    finally:
+        await client.aclose()
