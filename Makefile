@@ -6,7 +6,7 @@ UV ?= uv
 .PHONY: run test bootstrap bootstrap-run lint typecheck importlint schemas check-all bench clean
 
 run: bootstrap-run  ## Run the whole system locally (embedded defaults, simulated clusters, dashboard)
-	$(UV) run python -m trainwatch_launcher
+	$(UV) run python scripts/run_local.py
 
 test: bootstrap  ## Run every test against real servers started by the tests
 	$(UV) run pytest -q $(PYTEST_ARGS)
