@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import nats
-from nats.errors import TimeoutError as FetchTimeout
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from trainwatch_common import JobStatusEvent, job_filter, parse_job_event
@@ -48,30 +48,33 @@ async def consume(
         while not stop.is_set():
             try:
                 messages = await subscription.fetch(batch=100, timeout=1)
-            except FetchTimeout:
+            except TimeoutError:  # nats-py raises asyncio.TimeoutError or its own subclass
                 continue
             for message in messages:
                 await handle(parse_job_event(message.data))
                 await message.ack()
     finally:
-        await client.drain()
+        await client.close()  # flushes the acks already written
 
 
 async def print_event(event: JobStatusEvent) -> None:
     job = event.job
     terminal = " (final)" if event.terminal else ""
-    print(f"{job.cluster_id}/{job.namespace} {job.kind} {job.name}: {event.phase}{terminal} {event.reason or ''}")
+    where = f"{job.cluster_id}/{job.namespace} {job.kind} {job.name}"
+    print(f"{where}: {event.phase}{terminal} {event.reason or ''}")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nats", default="nats://127.0.0.1:4222")
     parser.add_argument("--durable", default="example-team")
     parser.add_argument("--cluster")
     parser.add_argument("--namespace")
     args = parser.parse_args()
     stop = asyncio.Event()
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(
             consume(
                 nats_url=args.nats,
@@ -82,8 +85,6 @@ def main() -> None:
                 namespace=args.namespace,
             )
         )
-    except KeyboardInterrupt:
-        pass
 
 
 if __name__ == "__main__":

@@ -13,10 +13,13 @@ from trainwatch_common import JobStatusEvent, ensure_streams, job_subject, wrap_
 from trainwatch_common.testing import eventually
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs" / "common" / "tests"))
-from test_contracts_jetstream import make_event  # noqa: E402
+from test_contracts_jetstream import make_event
 
-_spec = importlib.util.spec_from_file_location("subscribe_jobs", Path(__file__).with_name("subscribe_jobs.py"))
-assert _spec and _spec.loader
+_spec = importlib.util.spec_from_file_location(
+    "subscribe_jobs", Path(__file__).with_name("subscribe_jobs.py")
+)
+assert _spec is not None
+assert _spec.loader is not None
 subscribe_jobs = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(subscribe_jobs)
 
@@ -33,7 +36,9 @@ async def publish(nats_url: str, events: list[JobStatusEvent]) -> None:
                 kind_key=event.job.kind_key,
                 name=event.job.name,
             )
-            await js.publish(subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id})
+            await js.publish(
+                subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id}
+            )
     finally:
         await client.close()
 
@@ -49,7 +54,9 @@ async def test_example_consumer_filters_by_namespace_and_resumes(nats_url: str) 
         received.append(event)
 
     stop = asyncio.Event()
-    run = dict(nats_url=nats_url, durable="example", handle=handle, stop=stop, cluster_id="alpha", namespace="team-a")
+    run = dict(
+        nats_url=nats_url, durable="example", handle=handle, stop=stop, cluster_id="alpha", namespace="team-a"
+    )
     task = asyncio.create_task(subscribe_jobs.consume(**run), name="example-consumer")
     await eventually(lambda: len(received) == 2, timeout=10, message="two team-a events")
     stop.set()

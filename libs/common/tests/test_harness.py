@@ -27,8 +27,7 @@ async def test_postgres_can_be_killed_and_restarted(postgres_process: PostgresSe
     await connection.close()
     postgres_process.kill()
     with pytest.raises(OSError):
-        refused = await asyncpg.connect(postgres_process.url, timeout=2)
-        await refused.close()
+        await asyncpg.connect(postgres_process.url, timeout=2)
     postgres_process.start()
     connection = await asyncpg.connect(postgres_process.url)
     try:
@@ -44,7 +43,9 @@ async def test_nats_restart_keeps_jetstream_data_and_clients_reconnect(nats_proc
         await js.add_stream(name="S", subjects=["s.>"])
         await js.publish("s.1", b"kept")
         nats_process.restart()
-        ack = await eventually(lambda: js.publish("s.2", b"after"), timeout=10, message="publish after restart")
+        ack = await eventually(
+            lambda: js.publish("s.2", b"after"), timeout=10, message="publish after restart"
+        )
         assert ack.seq == 2
     finally:
         await client.close()
