@@ -74,6 +74,8 @@ class Launcher:
             start_new_session=True,  # Ctrl-C reaches the launcher only; it stops children in order
         )
         self.children.append(child)
+        with open(RUN_DIR / "pids", "a") as pids:  # lets a test prove nothing is left behind
+            pids.write(f"{child.process.pid} {child.name}\n")
         colour = COLOURS[self._colour % len(COLOURS)]
         self._colour += 1
         tasks.create_task(self._relay(child, colour), name=f"logs {child.name}")
@@ -172,6 +174,7 @@ async def run(clusters: int) -> None:
     redis = RedisServer(workdir=RUN_DIR / "redis", port=port_or_free(6379))
     nats.start()
     redis.start()
+    (RUN_DIR / "pids").write_text(f"{nats.pid} nats-server\n{redis.pid} redis-server\n")
     print(f"nats-server {nats.url} (JetStream in {nats.workdir}); redis {redis.url}", flush=True)
 
     admin_token = secrets.token_urlsafe(24)

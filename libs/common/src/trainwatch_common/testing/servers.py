@@ -78,6 +78,10 @@ class ServerProcess:
 
     # -- lifecycle ------------------------------------------------------------------------
     @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
