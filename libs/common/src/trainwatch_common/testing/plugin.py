@@ -4,7 +4,7 @@ Where a server comes from, in order of preference:
 1. a URL in an environment variable (TRAINWATCH_TEST_NATS_URL, ..._REDIS_URL, ..._POSTGRES_URL);
    point these only at throwaway servers: tests create and delete streams, keys and databases;
 2. a local server process on a free port with its own temp dir (the default);
-3. testcontainers, when the binary is missing and a Docker engine answers.
+3. testcontainers, when the binary is missing and a Docker engine answers (testing/containers.py).
 Fault tests use the ``*_process`` fixtures, which always start their own process so they can
 stop, kill and restart it.
 """
@@ -12,6 +12,7 @@ stop, kill and restart it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -20,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from trainwatch_common.testing.containers import container_url
 from trainwatch_common.testing.servers import (
     ExternalServer,
     NatsServer,
@@ -35,17 +37,23 @@ _versions: dict[str, str] = {}
 
 
 def _start(server: ServerProcess) -> ServerProcess:
+    server.start()
+    _versions.setdefault(server.name, server_version(server))
+    return server
+
+
+@contextlib.contextmanager
+def _process_or_container(request: pytest.FixtureRequest, fixture: str, kind: str) -> Iterator[str]:
+    """A local process of the server, or a container when the binary is missing and Docker answers."""
     try:
-        server.start()
+        server = request.getfixturevalue(fixture)
     except ServerMissing:
         if not docker_available():
             raise
-        raise ServerMissing(
-            f"{server.name} binary missing; a Docker engine answers, so install testcontainers "
-            "(`uv pip install testcontainers`) and set the TRAINWATCH_TEST_*_URL variables from it"
-        ) from None
-    _versions.setdefault(server.name, server_version(server))
-    return server
+        with container_url(kind) as url:
+            yield url
+        return
+    yield server.url
 
 
 # -- NATS -------------------------------------------------------------------------------------
@@ -67,7 +75,8 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
         asyncio.run(_delete_all_streams(external))
         yield external
         return
-    yield request.getfixturevalue("nats_process").url
+    with _process_or_container(request, "nats_process", "nats") as url:
+        yield url
 
 
 async def _delete_all_streams(url: str) -> None:
@@ -105,7 +114,8 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
         client.close()
         yield external
         return
-    yield request.getfixturevalue("redis_process").url
+    with _process_or_container(request, "redis_process", "redis") as url:
+        yield url
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -116,7 +126,14 @@ def postgres_server() -> Iterator[PostgresServer | ExternalServer]:
         yield ExternalServer(external)
         return
     server = PostgresServer()  # its own dir under /tmp: the 'postgres' user cannot enter pytest's tmp
-    _start(server)
+    try:
+        _start(server)
+    except ServerMissing:
+        if not docker_available():
+            raise
+        with container_url("postgres") as url:
+            yield ExternalServer(url)
+        return
     yield server
     server.close()
 
@@ -130,10 +147,18 @@ def postgres_url(postgres_server: PostgresServer | ExternalServer) -> str:
 
 
 def _create_external_database(url: str) -> str:
-    import subprocess
+    import asyncpg
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    subprocess.run(["psql", url, "-v", "ON_ERROR_STOP=1", "-qc", f'CREATE DATABASE "{name}"'], check=True)
+
+    async def create() -> None:
+        connection = await asyncpg.connect(url)
+        try:
+            await connection.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await connection.close()
+
+    asyncio.run(create())
     return url.rsplit("/", 1)[0] + "/" + name
 
 
