@@ -1,0 +1,73 @@
+"""kubesim: a faithful Kubernetes API simulator for tests, benchmarks and the demo.
+
+    async with kubesim.Simulator() as sim:
+        alpha = await sim.add_cluster("alpha", kinds=kubesim.ALL_KINDS, tls=True)
+        alpha.write_kubeconfig(path)
+        driver = kubesim.ScenarioDriver(alpha, seed=1, rate=500)
+        await driver.run_lifecycle("PyTorchJob", outcome="failed")
+        driver.truth
+
+See ``libs/kubesim/README.md``.
+"""
+
+from kubesim.background import BackgroundSimulator
+from kubesim.cluster import Cluster
+from kubesim.errors import ApiError
+from kubesim.faults import Faults
+from kubesim.kinds import (
+    ALL_KINDS,
+    ALL_KINDS_MPI_V1,
+    BATCH_JOB,
+    CATALOG,
+    JAXJOB,
+    JOBSET,
+    MPIJOB_V1,
+    MPIJOB_V2BETA1,
+    PADDLEJOB,
+    PYTORCHJOB,
+    RAYJOB,
+    TFJOB,
+    TRAINJOB,
+    VOLCANO_JOB,
+    XGBOOSTJOB,
+    KindSpec,
+    resolve_kind,
+)
+from kubesim.manifests import manifest
+from kubesim.scenarios import Options, ScenarioDriver
+from kubesim.simulator import Simulator
+from kubesim.store import Store
+from kubesim.truth import PHASES, NormState, TruthEntry, TruthLog
+
+__all__ = [
+    "ALL_KINDS",
+    "ALL_KINDS_MPI_V1",
+    "BATCH_JOB",
+    "CATALOG",
+    "JAXJOB",
+    "JOBSET",
+    "MPIJOB_V1",
+    "MPIJOB_V2BETA1",
+    "PADDLEJOB",
+    "PHASES",
+    "PYTORCHJOB",
+    "RAYJOB",
+    "TFJOB",
+    "TRAINJOB",
+    "VOLCANO_JOB",
+    "XGBOOSTJOB",
+    "ApiError",
+    "BackgroundSimulator",
+    "Cluster",
+    "Faults",
+    "KindSpec",
+    "NormState",
+    "Options",
+    "ScenarioDriver",
+    "Simulator",
+    "Store",
+    "TruthEntry",
+    "TruthLog",
+    "manifest",
+    "resolve_kind",
+]

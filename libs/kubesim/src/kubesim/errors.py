@@ -101,14 +101,22 @@ def not_found(spec: KindSpec, name: str) -> ApiError:
 
 
 def already_exists(spec: KindSpec, name: str) -> ApiError:
-    return ApiError(409, f'{_qualified(spec)} "{name}" already exists', reason="AlreadyExists",
-                    details=_details(spec, name))
+    return ApiError(
+        409,
+        f'{_qualified(spec)} "{name}" already exists',
+        reason="AlreadyExists",
+        details=_details(spec, name),
+    )
 
 
 def conflict(spec: KindSpec, name: str, why: str | None = None) -> ApiError:
     why = why or "the object has been modified; please apply your changes to the latest version and try again"
-    return ApiError(409, f'Operation cannot be fulfilled on {_qualified(spec)} "{name}": {why}',
-                    reason="Conflict", details=_details(spec, name))
+    return ApiError(
+        409,
+        f'Operation cannot be fulfilled on {_qualified(spec)} "{name}": {why}',
+        reason="Conflict",
+        details=_details(spec, name),
+    )
 
 
 def invalid(spec: KindSpec, name: str, field: str, value: Any, why: str) -> ApiError:
@@ -137,9 +145,10 @@ def unauthorized() -> ApiError:
 
 def forbidden(user: str, verb: str, spec: KindSpec | None, namespace: str | None, path: str) -> ApiError:
     if spec is None:
-        return ApiError(403, f'forbidden: User "{user}" cannot {verb} path "{path}"',
-                        details={})
+        return ApiError(403, f'forbidden: User "{user}" cannot {verb} path "{path}"', details={})
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-    msg = (f'{_qualified(spec)} is forbidden: User "{user}" cannot {verb} resource "{spec.plural}" '
-           f'in API group "{spec.group}" {scope}')
+    msg = (
+        f'{_qualified(spec)} is forbidden: User "{user}" cannot {verb} resource "{spec.plural}" '
+        f'in API group "{spec.group}" {scope}'
+    )
     return ApiError(403, msg, details={"group": spec.group, "kind": spec.plural})

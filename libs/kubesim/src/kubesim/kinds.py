@@ -74,25 +74,41 @@ class KindSpec:
 
 
 BATCH_JOB = KindSpec("batch", "v1", "Job", "jobs", "batch", builtin=True, categories=("all",))
-PYTORCHJOB = KindSpec("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", "kubeflow",
-                      replica_types=("Master", "Worker"))
+PYTORCHJOB = KindSpec(
+    "kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", "kubeflow", replica_types=("Master", "Worker")
+)
 TFJOB = KindSpec("kubeflow.org", "v1", "TFJob", "tfjobs", "kubeflow", replica_types=("Chief", "PS", "Worker"))
-MPIJOB_V1 = KindSpec("kubeflow.org", "v1", "MPIJob", "mpijobs", "kubeflow", replica_types=("Launcher", "Worker"))
-XGBOOSTJOB = KindSpec("kubeflow.org", "v1", "XGBoostJob", "xgboostjobs", "kubeflow",
-                      replica_types=("Master", "Worker"))
-PADDLEJOB = KindSpec("kubeflow.org", "v1", "PaddleJob", "paddlejobs", "kubeflow",
-                     replica_types=("Master", "Worker"))
+MPIJOB_V1 = KindSpec(
+    "kubeflow.org", "v1", "MPIJob", "mpijobs", "kubeflow", replica_types=("Launcher", "Worker")
+)
+XGBOOSTJOB = KindSpec(
+    "kubeflow.org", "v1", "XGBoostJob", "xgboostjobs", "kubeflow", replica_types=("Master", "Worker")
+)
+PADDLEJOB = KindSpec(
+    "kubeflow.org", "v1", "PaddleJob", "paddlejobs", "kubeflow", replica_types=("Master", "Worker")
+)
 JAXJOB = KindSpec("kubeflow.org", "v1", "JAXJob", "jaxjobs", "kubeflow", replica_types=("Worker",))
-MPIJOB_V2BETA1 = KindSpec("kubeflow.org", "v2beta1", "MPIJob", "mpijobs", "mpi-v2",
-                          replica_types=("Launcher", "Worker"))
+MPIJOB_V2BETA1 = KindSpec(
+    "kubeflow.org", "v2beta1", "MPIJob", "mpijobs", "mpi-v2", replica_types=("Launcher", "Worker")
+)
 TRAINJOB = KindSpec("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", "trainjob")
 JOBSET = KindSpec("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", "jobset")
 VOLCANO_JOB = KindSpec("batch.volcano.sh", "v1alpha1", "Job", "jobs", "volcano", short_names=("vcjob", "vj"))
 RAYJOB = KindSpec("ray.io", "v1", "RayJob", "rayjobs", "ray", categories=("all",))
 
 CATALOG: tuple[KindSpec, ...] = (
-    BATCH_JOB, PYTORCHJOB, TFJOB, MPIJOB_V1, XGBOOSTJOB, PADDLEJOB, JAXJOB,
-    MPIJOB_V2BETA1, TRAINJOB, JOBSET, VOLCANO_JOB, RAYJOB,
+    BATCH_JOB,
+    PYTORCHJOB,
+    TFJOB,
+    MPIJOB_V1,
+    XGBOOSTJOB,
+    PADDLEJOB,
+    JAXJOB,
+    MPIJOB_V2BETA1,
+    TRAINJOB,
+    JOBSET,
+    VOLCANO_JOB,
+    RAYJOB,
 )
 """Every kind kubesim knows (note: both MPIJob versions; a cluster serves only one)."""
 
@@ -115,8 +131,13 @@ def resolve_kind(name: str | KindSpec, served: Iterable[KindSpec] = CATALOG) -> 
     lowered = name.lower()
     for spec in served:
         candidates = {
-            str(spec).lower(), spec.kind.lower(), spec.plural, spec.resource, spec.singular,
-            f"{spec.kind.lower()}.{spec.group}", f"{spec.kind.lower()}.{spec.version}.{spec.group}",
+            str(spec).lower(),
+            spec.kind.lower(),
+            spec.plural,
+            spec.resource,
+            spec.singular,
+            f"{spec.kind.lower()}.{spec.group}",
+            f"{spec.kind.lower()}.{spec.version}.{spec.group}",
             *spec.short_names,
         }
         if lowered in candidates:

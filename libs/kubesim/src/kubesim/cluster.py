@@ -1,0 +1,213 @@
+"""One simulated cluster: a store, an HTTP(S) listener on its own port, tokens, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import collections
+import random
+import secrets
+import ssl
+from collections.abc import Callable, Coroutine, Iterable
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from kubesim import tls as tlsmod
+from kubesim.faults import Faults
+from kubesim.kinds import ALL_KINDS, KindSpec
+from kubesim.server import handle_request
+from kubesim.store import Store
+from kubesim.watch import WatchHub
+
+__all__ = ["Cluster"]
+
+Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
+
+
+class Cluster:
+    """A simulated Kubernetes API server. Create it with ``Simulator.add_cluster``."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        workdir: Path,
+        spawn: Spawn,
+        kinds: Iterable[KindSpec] = ALL_KINDS,
+        tls: bool = True,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None = None,
+        history_limit: int = 10_000,
+        bookmark_interval: float = 60.0,
+        watch_timeout: float | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.name = name
+        self.tls = tls
+        self.host = host
+        self.port = port
+        self.bookmark_interval = bookmark_interval
+        self._watch_timeout = watch_timeout
+        self._workdir = workdir
+        self._rand = random.Random(seed)
+        self.store = Store(kinds, history_limit=history_limit, seed=seed)
+        self.hub = WatchHub(self.store)
+        self.token = token or secrets.token_urlsafe(24)
+        self.tokens: dict[str, tuple[str, bool]] = {self.token: ("kubesim-admin", True)}
+        self.faults = Faults(
+            self.hub, stop_listening=self._stop_listening, start_listening=self._start_listening, spawn=spawn
+        )
+        self.requests: collections.deque[tuple[str, str, int]] = collections.deque(maxlen=2000)
+        self._certs = tlsmod.generate(name) if tls else None
+        self._ssl: ssl.SSLContext | None = None
+        self._web = web.Server(self._handle, access_log=None)
+        self._listener: asyncio.Server | None = None
+        self._stopped = False
+
+    # ------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        if self._certs is not None:
+            self._ssl = tlsmod.server_context(self._certs, self._workdir / self.name)
+        await self._start_listening()
+
+    async def stop(self) -> None:
+        """Stop for good: close the listener and every connection."""
+        self._stopped = True
+        await self._stop_listening()
+
+    async def _start_listening(self) -> None:
+        if self._stopped:
+            return
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(
+            self._web, self.host, self.port, ssl=self._ssl, reuse_address=True
+        )
+        self.port = self._listener.sockets[0].getsockname()[1]
+
+    async def _stop_listening(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        await self._close_connections()
+
+    async def _close_connections(self) -> None:
+        """Close every connection now (TLS ones without waiting for close_notify)."""
+        self.hub.drop_all()
+        handlers = self._web.connections
+        transports = [h.transport for h in handlers if h.transport is not None]
+        for handler in handlers:
+            handler.force_close()  # idle keep-alive connections would otherwise wait out the timeout
+        await self._web.shutdown(0.5)
+        for transport in transports:
+            transport.abort()
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        return await handle_request(self, request)
+
+    # ---------------------------------------------------------- addressing
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.tls else 'http'}://{self.address}"
+
+    @property
+    def ca_pem(self) -> bytes | None:
+        """The PEM of the CA that signs the serving certificate (``None`` over plain HTTP)."""
+        return self._certs.ca_pem if self._certs else None
+
+    def watch_timeout(self) -> float:
+        """A watch's lifetime when the client sets no ``timeoutSeconds`` (1800-3600 s, as
+        ``--min-request-timeout`` does, unless configured)."""
+        if self._watch_timeout is not None:
+            return self._watch_timeout
+        return 1800.0 * (1 + self._rand.random())
+
+    def log_request(self, method: str, path_qs: str, status: int) -> None:
+        self.requests.append((method, path_qs, status))
+
+    # ---------------------------------------------------------- kubeconfig
+    def kubeconfig(self, *, token: str | None = None, namespace: str = "default") -> dict[str, Any]:
+        """A ready kubeconfig (inline ``certificate-authority-data`` and bearer token)."""
+        cluster: dict[str, Any] = {"server": self.url}
+        if self._certs is not None:
+            cluster["certificate-authority-data"] = base64.b64encode(self._certs.ca_pem).decode()
+        user = f"{self.name}-admin"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": self.name, "cluster": cluster}],
+            "users": [{"name": user, "user": {"token": token or self.token}}],
+            "contexts": [
+                {"name": self.name, "context": {"cluster": self.name, "user": user, "namespace": namespace}}
+            ],
+            "current-context": self.name,
+            "preferences": {},
+        }
+
+    def kubeconfig_yaml(self, **kwargs: Any) -> str:
+        return yaml.safe_dump(self.kubeconfig(**kwargs), sort_keys=False)
+
+    def write_kubeconfig(self, path: str | Path | None = None, **kwargs: Any) -> Path:
+        """Write the kubeconfig (mode 0600); default ``<workdir>/<name>.kubeconfig``."""
+        target = Path(path) if path is not None else self._workdir / f"{self.name}.kubeconfig"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(self.kubeconfig_yaml(**kwargs))
+        target.chmod(0o600)
+        return target
+
+    # ------------------------------------------------------ tokens and CA
+    def rotate_token(self) -> str:
+        """Issue a new token; the old one gets 401 from now on. Returns the new token."""
+        self.tokens.pop(self.token, None)
+        self.token = secrets.token_urlsafe(24)
+        self.tokens[self.token] = ("kubesim-admin", True)
+        return self.token
+
+    def add_token(self, token: str | None = None, *, allowed: bool = True, user: str | None = None) -> str:
+        """Another valid token. ``allowed=False`` is a token without RBAC bindings: it can
+        read discovery but gets 403 on every resource."""
+        token = token or secrets.token_urlsafe(24)
+        self.tokens[token] = (
+            user or f"system:serviceaccount:kubesim:{'admin' if allowed else 'noperm'}",
+            allowed,
+        )
+        return token
+
+    def revoke_token(self, token: str) -> None:
+        self.tokens.pop(token, None)
+
+    async def replace_ca(self) -> None:
+        """New CA and serving certificate (like a re-provisioned control plane). Open
+        connections are closed; clients holding the old CA fail verification."""
+        if self._certs is None or self._ssl is None:
+            raise RuntimeError("replace_ca() needs a TLS cluster")
+        self._certs = tlsmod.generate(self.name)
+        tlsmod.load(self._ssl, self._certs, self._workdir / self.name)
+        await self._close_connections()
+
+    # --------------------------------------------------------------- kinds
+    @property
+    def kinds(self) -> tuple[KindSpec, ...]:
+        return self.store.kinds
+
+    def serve_kind(self, kind: KindSpec, *, replace: bool = False) -> None:
+        """Install a kind at run time (``replace`` swaps MPIJob v1 <-> v2beta1)."""
+        self.store.serve_kind(kind, replace=replace)
+
+    def remove_kind(self, kind: KindSpec | str) -> None:
+        """Uninstall a kind: its objects are deleted and its watches end; then 404."""
+        self.store.remove_kind(kind)
+
+    def compact(self, rv: int | None = None) -> int:
+        """Forget the event history up to ``rv`` (default: all): older watches/lists get 410."""
+        return self.store.compact(rv)
+
+    def __repr__(self) -> str:
+        return f"<Cluster {self.name} {self.url}>"

@@ -1,0 +1,107 @@
+"""``/version`` and legacy discovery (``/api``, ``/apis``, ``/apis/<group>[/<version>]``)."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from typing import Any
+
+from kubesim.kinds import KindSpec
+
+__all__ = ["VERSION", "api_group", "api_group_list", "api_resource_list", "api_versions", "core_v1"]
+
+VERSION: dict[str, str] = {
+    "major": "1",
+    "minor": "36",
+    "emulationMajor": "1",
+    "emulationMinor": "36",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "35",
+    "gitVersion": "v1.36.2",
+    "gitCommit": "kubesim",
+    "gitTreeState": "clean",
+    "buildDate": "2026-11-01T00:00:00Z",
+    "goVersion": "go1.25.3",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_VERBS = ["delete", "get", "list", "patch", "create", "update", "watch"]
+
+
+def api_versions(address: str) -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": address}],
+    }
+
+
+def core_v1() -> dict[str, Any]:
+    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
+
+
+def _groups(kinds: Iterable[KindSpec]) -> dict[str, list[str]]:
+    groups: dict[str, list[str]] = {}
+    for k in kinds:
+        versions = groups.setdefault(k.group, [])
+        if k.version not in versions:
+            versions.append(k.version)
+    return groups
+
+
+def _group(name: str, versions: list[str]) -> dict[str, Any]:
+    gvs = [{"groupVersion": f"{name}/{v}", "version": v} for v in versions]
+    return {"name": name, "versions": gvs, "preferredVersion": gvs[0]}
+
+
+def api_group_list(kinds: Iterable[KindSpec]) -> dict[str, Any]:
+    groups = _groups(kinds)
+    return {
+        "kind": "APIGroupList",
+        "apiVersion": "v1",
+        "groups": [_group(name, versions) for name, versions in sorted(groups.items())],
+    }
+
+
+def api_group(kinds: Iterable[KindSpec], group: str) -> dict[str, Any] | None:
+    versions = _groups(kinds).get(group)
+    if not versions:
+        return None
+    return {"kind": "APIGroup", "apiVersion": "v1", **_group(group, versions)}
+
+
+def api_resource_list(kinds: Iterable[KindSpec], group: str, version: str) -> dict[str, Any] | None:
+    matching = [k for k in kinds if k.group == group and k.version == version]
+    if not matching:
+        return None
+    resources: list[dict[str, Any]] = []
+    for k in sorted(matching, key=lambda s: s.plural):
+        main: dict[str, Any] = {
+            "name": k.plural,
+            "singularName": k.singular,
+            "namespaced": k.namespaced,
+            "kind": k.kind,
+            "verbs": list(_VERBS),
+        }
+        if k.short_names:
+            main["shortNames"] = list(k.short_names)
+        if k.categories:
+            main["categories"] = list(k.categories)
+        main["storageVersionHash"] = f"{zlib.crc32(k.resource.encode()):08x}"
+        resources.append(main)
+        resources.append(
+            {
+                "name": f"{k.plural}/status",
+                "singularName": "",
+                "namespaced": k.namespaced,
+                "kind": k.kind,
+                "verbs": ["get", "patch", "update"],
+            }
+        )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}",
+        "resources": resources,
+    }

@@ -1,0 +1,271 @@
+"""The HTTP side of one simulated cluster: auth, routing, CRUD, ``Status`` errors.
+
+Built on aiohttp's low-level ``web.Server`` so the cluster can stop and restart
+listening (the "unreachable" fault) and drop connections without tearing down state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from kubesim import discovery, errors
+from kubesim.kinds import KindSpec
+from kubesim.listing import ListRequest, serve_list
+from kubesim.selectors import parse_field_selector, parse_label_selector
+from kubesim.watch import WatchHandle, WatchRequest, serve_watch
+
+if TYPE_CHECKING:
+    from kubesim.cluster import Cluster
+
+__all__ = ["handle_request"]
+
+log = logging.getLogger("kubesim")
+
+_PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+}
+_PUBLIC = {"/version", "/healthz", "/readyz", "/livez"}
+
+
+def _json(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(body), status=status, content_type="application/json")
+
+
+def _error(err: errors.ApiError) -> web.Response:
+    resp = _json(err.status(), err.code)
+    resp.headers.update(err.headers)
+    return resp
+
+
+def _user(cluster: Cluster, request: web.BaseRequest) -> tuple[str, bool]:
+    """(user, allowed); raises 401 for a bad token."""
+    auth = request.headers.get("Authorization", "")
+    if not auth:
+        return "system:anonymous", False
+    scheme, _, token = auth.partition(" ")
+    if scheme.lower() != "bearer":
+        raise errors.unauthorized()
+    grant = cluster.tokens.get(token.strip())
+    if grant is None:
+        raise errors.unauthorized()
+    return grant
+
+
+async def handle_request(cluster: Cluster, request: web.BaseRequest) -> web.StreamResponse:
+    try:
+        delay = cluster.faults.current_delay()
+        if delay:
+            await asyncio.sleep(delay)
+        user, allowed = _user(cluster, request)
+        injected = cluster.faults.check_error()
+        if injected is not None:
+            raise injected
+        resp = await _route(cluster, request, user, allowed)
+    except errors.ApiError as err:
+        resp = _error(err)
+    except (ConnectionError, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # a bug in kubesim: answer like an apiserver would, and say so
+        log.exception("kubesim %s: %s %s failed", cluster.name, request.method, request.path_qs)
+        resp = _error(errors.ApiError(500, f"Internal error occurred: {type(exc).__name__}: {exc}"))
+    cluster.log_request(request.method, request.path_qs, resp.status)
+    return resp
+
+
+async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed: bool) -> web.StreamResponse:
+    path = request.path.rstrip("/") or "/"
+    kinds = cluster.store.kinds
+    if path == "/version":
+        return _json(discovery.VERSION)
+    if path in ("/healthz", "/readyz", "/livez"):
+        return web.Response(text="ok", content_type="text/plain")
+    if user == "system:anonymous":
+        raise errors.forbidden(user, "get", None, None, path)
+    if path == "/api":
+        return _json(discovery.api_versions(cluster.address))
+    if path == "/api/v1":
+        return _json(discovery.core_v1())
+    if path == "/apis":
+        return _json(discovery.api_group_list(kinds))
+    parts = path.strip("/").split("/")
+    if parts[0] != "apis" or len(parts) < 2:
+        raise errors.ApiError(404, "the server could not find the requested resource", details={})
+    if len(parts) == 2:
+        group = discovery.api_group(kinds, parts[1])
+        if group is None:
+            raise errors.ApiError(404, "the server could not find the requested resource", details={})
+        return _json(group)
+    group_name, version = parts[1], parts[2]
+    if len(parts) == 3:
+        rl = discovery.api_resource_list(kinds, group_name, version)
+        if rl is None:
+            raise errors.ApiError(404, "the server could not find the requested resource", details={})
+        return _json(rl)
+    rest = parts[3:]
+    namespace: str | None = None
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    spec = next(
+        (k for k in kinds if k.group == group_name and k.version == version and k.plural == rest[0]), None
+    )
+    if spec is None or len(rest) > 3 or (len(rest) == 3 and rest[2] != "status"):
+        raise errors.ApiError(404, "the server could not find the requested resource", details={})
+    name = rest[1] if len(rest) >= 2 else None
+    sub = rest[2] if len(rest) == 3 else None
+    verb = _verb(request, name)
+    if not allowed:
+        raise errors.forbidden(user, verb, spec, namespace, path)
+    if name is None:
+        if verb in ("list", "watch"):
+            return await _list_or_watch(cluster, request, spec, namespace, verb == "watch")
+        if verb == "create":
+            if namespace is None and spec.namespaced:
+                raise errors.ApiError(405, "the server does not allow this method on the requested resource")
+            body = await _body(request)
+            obj = cluster.store.create(spec, body, namespace=namespace, drop_status=True)
+            return _json(obj, 201)
+        raise errors.ApiError(405, "the server does not allow this method on the requested resource")
+    if namespace is None and spec.namespaced:
+        raise errors.ApiError(404, "the server could not find the requested resource", details={})
+    ns = namespace or ""
+    return await _object(cluster, request, spec, ns, name, sub, verb)
+
+
+def _verb(request: web.BaseRequest, name: str | None) -> str:
+    method = request.method
+    if method == "GET":
+        if name is not None:
+            return "get"
+        return "watch" if request.query.get("watch", "") in ("1", "true", "True") else "list"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(
+        method, method.lower()
+    )
+
+
+async def _body(request: web.BaseRequest) -> Any:
+    raw = await request.read()
+    if not raw:
+        return None
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise errors.bad_request(f"json: cannot parse request body: {exc}") from None
+
+
+async def _object(
+    cluster: Cluster, request: web.BaseRequest, spec: KindSpec, ns: str, name: str, sub: str | None, verb: str
+) -> web.StreamResponse:
+    store = cluster.store
+    if verb == "get":
+        return web.Response(body=store.stored(spec, ns, name).data, content_type="application/json")
+    if verb == "update":
+        body = await _body(request)
+        return _json(store.update(spec, body, subresource=sub, namespace=ns, name=name, require_rv=True))
+    if verb == "patch":
+        ctype = request.content_type
+        ptype = _PATCH_TYPES.get(ctype)
+        if ptype is None or (ptype == "strategic" and not spec.builtin):
+            raise errors.ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types "
+                f"include: application/json-patch+json, application/merge-patch+json"
+                f"{', application/strategic-merge-patch+json' if spec.builtin else ''}",
+            )
+        body = await _body(request)
+        return _json(store.patch(spec, ns, name, body, patch_type=ptype, subresource=sub))
+    if verb == "delete" and sub is None:
+        opts = await _body(request)
+        pre = opts.get("preconditions") if isinstance(opts, dict) else None
+        obj, gone = store.delete(spec, ns, name, preconditions=pre if isinstance(pre, dict) else None)
+        return _json(obj, 200 if gone else 202)
+    raise errors.ApiError(405, "the server does not allow this method on the requested resource")
+
+
+def _bool(value: str | None) -> bool:
+    return value in ("1", "true", "True")
+
+
+async def _list_or_watch(
+    cluster: Cluster, request: web.BaseRequest, spec: KindSpec, namespace: str | None, watch: bool
+) -> web.StreamResponse:
+    q = request.query
+    labels = parse_label_selector(q.get("labelSelector"))
+    fields = parse_field_selector(q.get("fieldSelector"), spec.kind)
+    rv = q.get("resourceVersion")
+    match = q.get("resourceVersionMatch")
+    if not watch:
+        try:
+            limit = int(q.get("limit", "0") or 0)
+        except ValueError:
+            raise errors.bad_request(f"limit: Invalid value: {q.get('limit')!r}") from None
+        req = ListRequest(spec, namespace, labels, fields, rv, match, limit, q.get("continue") or None)
+        return web.Response(body=await serve_list(req, cluster.store), content_type="application/json")
+    send_initial = _bool(q.get("sendInitialEvents"))
+    bookmarks = _bool(q.get("allowWatchBookmarks"))
+    if "sendInitialEvents" in q:
+        if match != "NotOlderThan":
+            raise errors.ApiError(
+                422,
+                "resourceVersionMatch: Forbidden: sendInitialEvents requires setting "
+                "resourceVersionMatch to NotOlderThan",
+                reason="Invalid",
+            )
+        if send_initial and not bookmarks:
+            raise errors.ApiError(
+                422,
+                "allowWatchBookmarks: Forbidden: sendInitialEvents requires "
+                "setting allowWatchBookmarks to true",
+                reason="Invalid",
+            )
+    elif match:
+        raise errors.ApiError(
+            422,
+            "resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for "
+            "watch unless sendInitialEvents is provided",
+            reason="Invalid",
+        )
+    timeout_raw = q.get("timeoutSeconds")
+    try:
+        timeout = float(timeout_raw) if timeout_raw else 0.0
+        if timeout <= 0:  # 0 means "the server's default", as in the real handler
+            timeout = cluster.watch_timeout()
+    except ValueError:
+        raise errors.bad_request(f"timeoutSeconds: Invalid value: {timeout_raw!r}") from None
+    if rv not in (None, "") and not rv.isdigit():
+        raise errors.bad_request(f"invalid resource version: {rv!r}")
+    wreq = WatchRequest(spec, namespace, labels, fields, rv, bookmarks, send_initial, timeout)
+    if send_initial and rv not in (None, "", "0"):
+        await serve_list(
+            ListRequest(spec, namespace, labels, fields, rv, "NotOlderThan", 1, None), cluster.store
+        )
+    resp = web.StreamResponse(
+        status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
+    )
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)  # type: ignore[arg-type]
+    protocol = request.protocol
+    handle = WatchHandle(wreq, protocol.force_close)
+    cluster.hub.active.add(handle)
+    try:
+        await serve_watch(
+            wreq,
+            cluster.store,
+            cluster.faults,
+            handle,
+            resp.write,
+            bookmark_interval=cluster.bookmark_interval,
+        )
+        if not handle.dropped:
+            await resp.write_eof()
+    except ConnectionError:
+        pass
+    finally:
+        cluster.hub.active.discard(handle)
+    return resp
