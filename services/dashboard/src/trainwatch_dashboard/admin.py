@@ -1,0 +1,216 @@
+"""Cluster management for admins: sign in, add (test first), edit, rotate credentials, remove.
+
+The dashboard holds no admin power of its own (unless an operator configures one for a
+trusted local setup): an admin signs in with their registry admin token, which is kept in an
+HttpOnly, SameSite=Strict cookie and forwarded as the bearer token of the calls that change
+clusters. Pages never contain it and nothing logs it. The forms post JSON from the page's
+script, so a pasted kubeconfig stays in the browser's text box and is never echoed back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from trainwatch_dashboard import presenters
+from trainwatch_dashboard.backends import BackendError, BackendRefused
+from trainwatch_dashboard.i18n import translator
+from trainwatch_dashboard.pages import backend_problem
+from trainwatch_dashboard.web import (
+    ADMIN_COOKIE,
+    admin_mode,
+    admin_token,
+    language_of,
+    render,
+    same_origin,
+    ui_of,
+)
+
+router = APIRouter()
+
+
+def _safe_next(target: str | None) -> str:
+    """Only same-site paths: an open redirect after sign-in would be a phishing aid."""
+    if target and target.startswith("/") and not target.startswith("//"):
+        return target
+    return "/clusters"
+
+
+@router.get("/admin/signin", response_class=HTMLResponse)
+async def signin_page(request: Request) -> HTMLResponse:
+    return render(
+        request,
+        "signin.html",
+        next=_safe_next(request.query_params.get("next")),
+        refused=request.query_params.get("refused") == "1",
+    )
+
+
+@router.post("/admin/signin")
+async def signin(request: Request) -> Response:
+    if not same_origin(request):
+        return Response(translator(language_of(request))("error.forbidden_origin"), status_code=403)
+    # A plain urlencoded form: parsed here rather than pulling in python-multipart for two fields.
+    fields = parse_qs((await request.body()).decode("utf-8", "replace"))
+    token = (fields.get("token") or [""])[0].strip()
+    target = _safe_next((fields.get("next") or [""])[0])
+    if not token:
+        return RedirectResponse(f"/admin/signin?next={target}", status_code=303)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(
+        ADMIN_COOKIE,
+        token,
+        httponly=True,
+        samesite="strict",
+        secure=ui_of(request).settings.secure_cookies,
+        max_age=8 * 3600,
+    )
+    return response
+
+
+@router.post("/admin/signout")
+async def signout(request: Request) -> Response:
+    response = RedirectResponse("/clusters", status_code=303)
+    response.delete_cookie(ADMIN_COOKIE)
+    return response
+
+
+@router.get("/clusters/new", response_class=HTMLResponse)
+async def add_cluster_page(request: Request) -> Response:
+    if admin_mode(request) is None:
+        return RedirectResponse("/admin/signin?next=/clusters/new", status_code=303)
+    return render(request, "cluster_add.html")
+
+
+@router.get("/clusters/{cluster_id}/edit", response_class=HTMLResponse)
+async def edit_cluster_page(request: Request, cluster_id: str) -> Response:
+    if admin_mode(request) is None:
+        return RedirectResponse(f"/admin/signin?next=/clusters/{cluster_id}/edit", status_code=303)
+    try:
+        cluster = await ui_of(request).backends.registry.get_cluster(cluster_id)
+    except BackendError as exc:
+        status = 404 if isinstance(exc, BackendRefused) and exc.status == 404 else 502
+        return render(
+            request,
+            "cluster_edit.html",
+            cluster=None,
+            cluster_id=cluster_id,
+            problem=backend_problem(request, exc),
+            status_code=status,
+        )
+    return render(request, "cluster_edit.html", cluster=cluster, cluster_id=cluster_id, problem=None)
+
+
+@router.post("/admin/kubeconfig/contexts")
+async def kubeconfig_contexts(request: Request) -> JSONResponse:
+    """Context names of a pasted kubeconfig, so the form can offer them; nothing else comes back."""
+    body = await _json_body(request)
+    try:
+        names, current = presenters.kubeconfig_contexts(str(body.get("kubeconfig") or ""))
+    except ValueError as exc:
+        return JSONResponse({"ok": False, "problems": [str(exc)]}, status_code=422)
+    return JSONResponse({"ok": True, "contexts": names, "current": current})
+
+
+@router.post("/admin/clusters/test")
+async def test_new_cluster(request: Request) -> JSONResponse:
+    async def call(token: str, body: dict[str, Any]) -> Any:
+        spec = presenters.cluster_spec(body)
+        return await ui_of(request).backends.registry.create_cluster(spec, token=token, dry_run=True)
+
+    return await _admin_call(request, call)
+
+
+@router.post("/admin/clusters")
+async def create_cluster(request: Request) -> JSONResponse:
+    async def call(token: str, body: dict[str, Any]) -> Any:
+        spec = presenters.cluster_spec(body)
+        created = await ui_of(request).backends.registry.create_cluster(spec, token=token)
+        return {"redirect": f"/clusters?added={created.get('id', spec['id'])}"}
+
+    return await _admin_call(request, call)
+
+
+@router.post("/admin/clusters/{cluster_id}")
+async def update_cluster(request: Request, cluster_id: str) -> JSONResponse:
+    async def call(token: str, body: dict[str, Any]) -> Any:
+        changes = presenters.metadata_changes(body)
+        await ui_of(request).backends.registry.update_cluster(cluster_id, changes, token=token)
+        return {"redirect": f"/clusters?updated={cluster_id}"}
+
+    return await _admin_call(request, call)
+
+
+@router.post("/admin/clusters/{cluster_id}/rotate")
+async def rotate_credentials(request: Request, cluster_id: str) -> JSONResponse:
+    async def call(token: str, body: dict[str, Any]) -> Any:
+        changes: dict[str, Any] = {"kubeconfig": str(body.get("kubeconfig") or "")}
+        if body.get("context"):
+            changes["context"] = str(body["context"])
+        await ui_of(request).backends.registry.update_cluster(cluster_id, changes, token=token)
+        return {"redirect": f"/clusters?updated={cluster_id}"}
+
+    return await _admin_call(request, call)
+
+
+@router.post("/admin/clusters/{cluster_id}/test")
+async def test_cluster(request: Request, cluster_id: str) -> JSONResponse:
+    async def call(token: str, _: dict[str, Any]) -> Any:
+        return await ui_of(request).backends.registry.test_cluster(cluster_id, token=token)
+
+    return await _admin_call(request, call)
+
+
+@router.post("/admin/clusters/{cluster_id}/delete")
+async def remove_cluster(request: Request, cluster_id: str) -> JSONResponse:
+    async def call(token: str, body: dict[str, Any]) -> Any:
+        if str(body.get("confirm") or "").strip() != cluster_id:
+            raise ValueError(translator(language_of(request))("form.remove_confirm", id=cluster_id))
+        await ui_of(request).backends.registry.delete_cluster(cluster_id, token=token)
+        return {"redirect": f"/clusters?removed={cluster_id}"}
+
+    return await _admin_call(request, call)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+async def _admin_call(
+    request: Request, call: Callable[[str, dict[str, Any]], Awaitable[Any]]
+) -> JSONResponse:
+    """Run one registry call with the admin's token and answer the page's script in one shape:
+    {"ok": true, "result": ...} or {"ok": false, "status": n, "problems": [...]}."""
+    t = translator(language_of(request))
+    if not same_origin(request):
+        return JSONResponse({"ok": False, "problems": [t("error.forbidden_origin")]}, status_code=403)
+    token = admin_token(request)
+    if token is None:
+        return JSONResponse({"ok": False, "signin": True, "problems": [t("signin.needed")]}, status_code=401)
+    body = await _json_body(request)
+    try:
+        result = await call(token, body)
+    except ValueError as exc:  # our own form checks (labels, confirmation)
+        return JSONResponse({"ok": False, "status": 422, "problems": [str(exc)]}, status_code=422)
+    except BackendRefused as exc:
+        if exc.status in (401, 403):
+            response = JSONResponse(
+                {"ok": False, "signin": True, "status": exc.status, "problems": [t("signin.refused")]},
+                status_code=403,
+            )
+            if request.cookies.get(ADMIN_COOKIE):
+                response.delete_cookie(ADMIN_COOKIE)
+            return response
+        status = exc.status if 400 <= exc.status < 500 else 502
+        return JSONResponse({"ok": False, "status": exc.status, "problems": exc.problems}, status_code=status)
+    except BackendError as exc:
+        return JSONResponse({"ok": False, "problems": [backend_problem(request, exc)]}, status_code=502)
+    return JSONResponse({"ok": True, "result": result})

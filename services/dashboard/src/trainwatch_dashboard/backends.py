@@ -1,0 +1,215 @@
+"""HTTP clients for the registry API (clusters) and the persister's query API (jobs).
+
+The dashboard never imports those services: it talks to them over HTTP with its own viewer
+token, and forwards an admin's token for the calls that change clusters. Responses are kept
+as plain JSON mappings, so a field added upstream shows up without a change here.
+
+Errors form a small tree so a page can say plainly what went wrong::
+
+    BackendError
+     ├── BackendUnavailable   the service did not answer (connection refused, timeout)
+     └── BackendRefused       it answered with 4xx/5xx; .status and .problems say why
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+Json = dict[str, Any]
+
+
+class BackendError(Exception):
+    def __init__(self, service: str, message: str) -> None:
+        super().__init__(f"{service}: {message}")
+        self.service = service
+        self.message = message
+
+
+class BackendUnavailable(BackendError):
+    pass
+
+
+class BackendRefused(BackendError):
+    def __init__(self, service: str, status: int, problems: list[str]) -> None:
+        super().__init__(service, "; ".join(problems) or f"HTTP {status}")
+        self.status = status
+        self.problems = problems
+
+
+def problems_of(body: Any) -> list[str]:
+    """Readable reasons from an error body: FastAPI's {"detail": str | [{loc, msg}]} and friends."""
+    if isinstance(body, Mapping):
+        detail = body.get("detail", body.get("errors", body.get("message", body.get("error"))))
+    else:
+        detail = body
+    if detail is None:
+        return []
+    if isinstance(detail, str):
+        return [detail]
+    if isinstance(detail, Mapping):
+        return problems_of(detail) or [f"{k}: {v}" for k, v in detail.items()]
+    if isinstance(detail, list):
+        out: list[str] = []
+        for item in detail:
+            if isinstance(item, Mapping) and "msg" in item:
+                loc = [str(p) for p in item.get("loc", []) if p not in ("body", "query", "path")]
+                out.append(f"{'.'.join(loc)}: {item['msg']}" if loc else str(item["msg"]))
+            elif isinstance(item, Mapping):
+                out.extend(problems_of(item))
+            else:
+                out.append(str(item))
+        return out
+    return [str(detail)]
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a keyset-paginated list."""
+
+    items: list[Json]
+    total: int | None = None
+    next_cursor: str | None = None
+    prev_cursor: str | None = None
+    extra: Json = field(default_factory=dict)
+
+    @classmethod
+    def from_body(cls, body: Any) -> Page:
+        if isinstance(body, list):
+            return cls(items=[i for i in body if isinstance(i, dict)], total=len(body))
+        if not isinstance(body, dict):
+            return cls(items=[])
+        items = body.get("data", body.get("items", body.get("jobs", body.get("clusters", []))))
+        total = body.get("total", body.get("count"))
+        return cls(
+            items=[i for i in items if isinstance(i, dict)] if isinstance(items, list) else [],
+            total=total if isinstance(total, int) else None,
+            next_cursor=body.get("next_cursor") or None,
+            prev_cursor=body.get("prev_cursor") or None,
+            extra={k: v for k, v in body.items() if k not in ("data", "items", "total", "next_cursor")},
+        )
+
+
+class _Backend:
+    service = "backend"
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        token: str | None = None,
+    ) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        clean = {k: v for k, v in (params or {}).items() if v not in (None, "", [])}
+        try:
+            response = await self._client.request(method, path, params=clean, json=json, headers=headers)
+        except httpx.TransportError as exc:  # connection refused, timeout, reset
+            raise BackendUnavailable(self.service, type(exc).__name__) from exc
+        if response.status_code >= 400:
+            try:
+                body: Any = response.json()
+            except ValueError:
+                body = response.text[:500] or response.reason_phrase
+            raise BackendRefused(self.service, response.status_code, problems_of(body))
+        if response.status_code == 204 or not response.content:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            raise BackendRefused(self.service, response.status_code, ["the answer was not JSON"]) from None
+
+
+class RegistryClient(_Backend):
+    """Clusters: list, get, create (with dry-run), update, rotate, test, remove."""
+
+    service = "registry"
+
+    async def list_clusters(self) -> list[Json]:
+        items: list[Json] = []
+        cursor: str | None = None
+        for _ in range(100):  # a fleet of up to 100 pages; the registry pages by 100 or more
+            page = Page.from_body(await self._request("GET", "/v1/clusters", params={"cursor": cursor}))
+            items.extend(page.items)
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return items
+
+    async def get_cluster(self, cluster_id: str) -> Json:
+        body = await self._request("GET", f"/v1/clusters/{cluster_id}")
+        return body if isinstance(body, dict) else {}
+
+    async def create_cluster(self, spec: Json, *, token: str, dry_run: bool = False) -> Json:
+        params = {"dry_run": "true"} if dry_run else None
+        body = await self._request("POST", "/v1/clusters", params=params, json=spec, token=token)
+        return body if isinstance(body, dict) else {}
+
+    async def update_cluster(self, cluster_id: str, changes: Json, *, token: str) -> Json:
+        body = await self._request("PATCH", f"/v1/clusters/{cluster_id}", json=changes, token=token)
+        return body if isinstance(body, dict) else {}
+
+    async def test_cluster(self, cluster_id: str, *, token: str) -> Json:
+        body = await self._request("POST", f"/v1/clusters/{cluster_id}/test", token=token)
+        return body if isinstance(body, dict) else {}
+
+    async def delete_cluster(self, cluster_id: str, *, token: str) -> None:
+        await self._request("DELETE", f"/v1/clusters/{cluster_id}", token=token)
+
+
+class QueryClient(_Backend):
+    """Jobs: a filtered, keyset-paginated list; one job with its transitions; counts."""
+
+    service = "query"
+
+    async def list_jobs(self, filters: Mapping[str, Any]) -> Page:
+        return Page.from_body(await self._request("GET", "/v1/jobs", params=filters))
+
+    async def get_job(self, cluster_id: str, uid: str) -> Json:
+        body = await self._request("GET", f"/v1/jobs/{cluster_id}/{uid}")
+        return body if isinstance(body, dict) else {}
+
+    async def stats(self) -> Json:
+        body = await self._request("GET", "/v1/stats")
+        return body if isinstance(body, dict) else {}
+
+
+@dataclass(slots=True)
+class Backends:
+    registry: RegistryClient
+    query: QueryClient
+    clients: list[httpx.AsyncClient]
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+
+def build_backends(
+    *,
+    registry_url: str,
+    query_url: str,
+    viewer_token: str,
+    timeout: float,
+    transport: httpx.AsyncBaseTransport | None = None,
+) -> Backends:
+    """Two clients that present the viewer token unless a call passes an admin token."""
+
+    def client(base_url: str) -> httpx.AsyncClient:
+        headers = {"Authorization": f"Bearer {viewer_token}"} if viewer_token else {}
+        return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
+
+    registry_client, query_client = client(registry_url), client(query_url)
+    return Backends(
+        registry=RegistryClient(registry_client),
+        query=QueryClient(query_client),
+        clients=[registry_client, query_client],
+    )

@@ -1,0 +1,217 @@
+"""Pure helpers between the APIs' JSON and the templates: times, phases, forms, counts."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode
+
+import yaml
+
+from trainwatch_common import KIND_KEYS, Phase
+
+PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+KIND_CHOICES: tuple[str, ...] = tuple(sorted(KIND_KEYS))
+# The list filters the jobs page offers, in the query API's parameter names.
+JOB_FILTERS: tuple[str, ...] = ("cluster", "namespace", "kind", "phase", "terminal", "owner", "label", "name")
+MAX_KUBECONFIG_BYTES = 1024 * 1024
+
+
+def parse_time(value: Any) -> datetime | None:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def format_time(value: Any) -> str:
+    """UTC, to the second: the same on every screen, whatever the browser's zone."""
+    moment = parse_time(value)
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment else "—"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None or seconds < 0:
+        return "—"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{seconds:.1f}s" if seconds < 10 else f"{secs}s"
+
+
+def job_duration(job: Mapping[str, Any], now: datetime | None = None) -> float | None:
+    started = parse_time(job.get("started_at")) or parse_time(job.get("created_at"))
+    if started is None:
+        return None
+    finished = parse_time(job.get("finished_at"))
+    end = finished or (None if job.get("terminal") else (now or datetime.now(UTC)))
+    return (end - started).total_seconds() if end else None
+
+
+def phase_class(phase: Any) -> str:
+    return f"phase-{str(phase).lower()}" if phase in PHASES else "phase-unknown"
+
+
+def job_filters(params: Mapping[str, str]) -> dict[str, str]:
+    """The filters of a jobs-page request, in the query API's names, empty ones left out."""
+    return {key: params[key].strip() for key in JOB_FILTERS if params.get(key, "").strip()}
+
+
+def query_string(params: Mapping[str, str | None], **changes: str | None) -> str:
+    merged = {**params, **changes}
+    return urlencode({k: v for k, v in merged.items() if v})
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """key=value lines (or comma separated) into a mapping; blank lines ignored."""
+    labels: dict[str, str] = {}
+    for raw in text.replace(",", "\n").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        key, sep, value = line.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"a label is key=value, not {line!r}")
+        labels[key.strip()] = value.strip()
+    return labels
+
+
+def format_labels(labels: Mapping[str, str] | None) -> str:
+    return "\n".join(f"{k}={v}" for k, v in (labels or {}).items())
+
+
+def split_list(text: str | None) -> list[str]:
+    return [part.strip() for part in (text or "").replace("\n", ",").split(",") if part.strip()]
+
+
+def kubeconfig_contexts(text: str) -> tuple[list[str], str | None]:
+    """The context names of a kubeconfig and its current context: names only, nothing secret.
+
+    The registry does the real validation; this only lets the form offer a choice.
+    """
+    if len(text.encode()) > MAX_KUBECONFIG_BYTES:
+        raise ValueError("the kubeconfig is larger than 1 MiB")
+    try:
+        document = yaml.safe_load(text)  # YAML is a superset of JSON: both forms read
+    except yaml.YAMLError as exc:
+        raise ValueError(f"not valid YAML or JSON: {str(exc).splitlines()[0]}") from None
+    if not isinstance(document, dict):
+        raise ValueError("a kubeconfig is a mapping with clusters, users and contexts")
+    contexts = document.get("contexts") or []
+    if not isinstance(contexts, list):
+        raise ValueError("'contexts' is not a list")
+    names = [str(c["name"]) for c in contexts if isinstance(c, dict) and c.get("name")]
+    current = document.get("current-context")
+    return names, (str(current) if isinstance(current, str) and current in names else None)
+
+
+def watch_options(form: Mapping[str, Any]) -> dict[str, Any]:
+    """Watch options from the cluster form, in WatchOptions' field names."""
+    kinds = form.get("kinds") or []
+    options: dict[str, Any] = {
+        "include_namespaces": split_list(form.get("include_namespaces")),
+        "exclude_namespaces": split_list(form.get("exclude_namespaces")),
+        "kinds": [k for k in (kinds if isinstance(kinds, list) else [kinds]) if k],
+    }
+    for key in ("owner_label", "owner_annotation"):
+        value = str(form.get(key) or "").strip()
+        options[key] = value or None
+    return options
+
+
+def cluster_spec(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry's create body from the add-cluster form; raises ValueError on bad labels."""
+    spec: dict[str, Any] = {
+        "id": str(form.get("id") or "").strip(),
+        "name": str(form.get("name") or "").strip() or str(form.get("id") or "").strip(),
+        "description": str(form.get("description") or "").strip(),
+        "labels": parse_labels(str(form.get("labels") or "")),
+        "kubeconfig": str(form.get("kubeconfig") or ""),
+        "watch": watch_options(form),
+    }
+    context = str(form.get("context") or "").strip()
+    if context:
+        spec["context"] = context
+    return spec
+
+
+def metadata_changes(form: Mapping[str, Any]) -> dict[str, Any]:
+    """The registry's update body for labels, description, name and watch options."""
+    changes: dict[str, Any] = {
+        "description": str(form.get("description") or "").strip(),
+        "labels": parse_labels(str(form.get("labels") or "")),
+        "watch": watch_options(form),
+    }
+    name = str(form.get("name") or "").strip()
+    if name:
+        changes["name"] = name
+    return changes
+
+
+def phase_counts(stats: Mapping[str, Any]) -> dict[str, dict[str, int]]:
+    """Jobs per (cluster, phase) from the query API's stats, whichever of its shapes it uses:
+    rows {"by_cluster_phase": [{"cluster_id", "phase", "count"}]} (the persister's),
+    {"by_cluster": {c: {phase: n}}} or {"clusters": [{"cluster_id", "phases": {...}}]}."""
+    out: dict[str, dict[str, int]] = {}
+    by_cluster = (
+        stats.get("by_cluster_phase")
+        or stats.get("by_cluster")
+        or stats.get("clusters")
+        or stats.get("data")
+        or stats.get("counts")
+    )
+    if isinstance(by_cluster, Mapping):
+        for cluster, phases in by_cluster.items():
+            if isinstance(phases, Mapping):
+                inner = phases.get("phases", phases.get("by_phase", phases))
+                out[str(cluster)] = {str(p): int(n) for p, n in inner.items() if isinstance(n, int)}
+    elif isinstance(by_cluster, list):
+        for row in by_cluster:
+            if not isinstance(row, Mapping):
+                continue
+            cluster = str(row.get("cluster_id") or row.get("cluster") or "")
+            phases = row.get("phases") or row.get("by_phase")
+            if isinstance(phases, Mapping):
+                out.setdefault(cluster, {}).update({str(p): int(n) for p, n in phases.items()})
+            elif row.get("phase") is not None:
+                bucket = out.setdefault(cluster, {})
+                bucket[str(row["phase"])] = bucket.get(str(row["phase"]), 0) + int(row.get("count", 0))
+    return out
+
+
+def sorted_phase_counts(counts: Mapping[str, int]) -> list[tuple[str, int]]:
+    return [(phase, counts[phase]) for phase in PHASES if counts.get(phase)]
+
+
+def fresher_health(*reports: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The most recently observed of several health reports for one cluster."""
+    best: dict[str, Any] | None = None
+    for report in reports:
+        if not report:
+            continue
+        if best is None or (parse_time(report.get("observed_at")) or datetime.min.replace(tzinfo=UTC)) > (
+            parse_time(best.get("observed_at")) or datetime.min.replace(tzinfo=UTC)
+        ):
+            best = dict(report)
+    return best
+
+
+def transitions_newest_first(transitions: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    def key(item: Mapping[str, Any]) -> tuple[int, str]:
+        sequence = item.get("sequence")
+        return (sequence if isinstance(sequence, int) else -1, str(item.get("observed_at") or ""))
+
+    return sorted(transitions, key=key, reverse=True)

@@ -1,0 +1,30 @@
+"""The dashboard's settings, read from TRAINWATCH_* environment variables."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr
+
+from trainwatch_common.settings import ServiceSettings
+
+
+class DashboardSettings(ServiceSettings):
+    http_port: int = Field(8080, ge=0, le=65535, description="The page, its SSE streams and /healthz")
+    registry_url: str = Field("http://127.0.0.1:8081", description="The registry API (clusters)")
+    query_url: str = Field("http://127.0.0.1:8082", description="The persister's query API (jobs)")
+    dashboard_api_token: SecretStr = Field(
+        SecretStr(""), description="A viewer token the dashboard presents to the registry and query APIs"
+    )
+    dashboard_admin_token: SecretStr = Field(
+        SecretStr(""),
+        description=(
+            "Optional. When set, every visitor may administer clusters without signing in: for a "
+            "trusted local setup only. Otherwise an admin signs in with their own admin token."
+        ),
+    )
+    backend_timeout_seconds: float = Field(10.0, gt=0)
+    page_size: int = Field(50, ge=1, le=500, description="Jobs per page")
+    sse_queue_size: int = Field(
+        256, ge=1, description="Events buffered per browser; a client that falls further behind is dropped"
+    )
+    sse_heartbeat_seconds: float = Field(15.0, gt=0)
+    secure_cookies: bool = Field(False, description="Mark cookies Secure (serve over HTTPS)")

@@ -1,0 +1,294 @@
+// Trainwatch dashboard: live updates over SSE and the admin forms. No framework, no CDN.
+(function () {
+  "use strict";
+
+  const body = document.body;
+  const messages = JSON.parse(body.dataset.messages || "{}");
+  const msg = (key) => messages[key] || key;
+  const PHASES = ["Pending", "Running", "Restarting", "Suspended", "Succeeded", "Failed", "Unknown"];
+
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value !== null && value !== undefined) node.setAttribute(key, value);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function phaseClass(phase) {
+    return PHASES.includes(phase) ? "phase-" + phase.toLowerCase() : "phase-unknown";
+  }
+
+  function badge(phase, subPhase) {
+    const node = el("span", { class: "phase " + phaseClass(phase), "data-phase": phase }, msg("phase." + phase));
+    if (subPhase) node.append(el("small", null, " · " + subPhase));
+    return node;
+  }
+
+  function formatTime(iso) {
+    if (!iso) return "—";
+    const d = new Date(iso);
+    if (isNaN(d)) return iso;
+    return d.toISOString().replace("T", " ").slice(0, 19);
+  }
+
+  function flash(node) {
+    node.classList.remove("flash");
+    void node.offsetWidth; // restart the animation
+    node.classList.add("flash");
+  }
+
+  // ---- live connection with a status light -----------------------------------------------
+  function live(url, handlers, onReconnect) {
+    const status = document.getElementById("live-status");
+    let hadError = false;
+    const source = new EventSource(url);
+    source.onopen = () => {
+      status.hidden = false;
+      status.textContent = msg("live.connected");
+      status.className = "live-status on";
+      if (hadError && onReconnect) onReconnect();
+      hadError = false;
+    };
+    source.onerror = () => {
+      hadError = true;
+      status.hidden = false;
+      status.textContent = msg("live.reconnecting");
+      status.className = "live-status off";
+    };
+    for (const [event, handler] of Object.entries(handlers)) {
+      source.addEventListener(event, (e) => handler(JSON.parse(e.data)));
+    }
+    // Dropped for being slow: the server closed the stream; EventSource reconnects by itself.
+    source.addEventListener("dropped", () => { hadError = true; });
+    window.addEventListener("beforeunload", () => source.close());
+    return source;
+  }
+
+  // Re-read the current page and swap one element: catches up on what a reconnect missed.
+  async function refresh(selector) {
+    const response = await fetch(window.location.href, { headers: { Accept: "text/html" } });
+    if (!response.ok) return;
+    const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+    const fresh = doc.querySelector(selector);
+    const current = document.querySelector(selector);
+    if (fresh && current) current.replaceWith(fresh);
+  }
+
+  // ---- jobs table -----------------------------------------------------------------------
+  function jobsPage() {
+    const table = document.getElementById("jobs-table");
+    if (!table) return;
+    const canInsert = table.dataset.insert === "yes";
+    // The stream also carries the event that moves a shown job out of a filtered phase; a job not
+    // shown yet is inserted only if it matches every filter of the page.
+    const wanted = new URLSearchParams(window.location.search);
+    const belongs = (job) =>
+      job.change !== "deleted" &&
+      (!wanted.get("phase") || job.phase === wanted.get("phase")) &&
+      (wanted.get("terminal") !== "true" || job.terminal) &&
+      (wanted.get("terminal") !== "false" || !job.terminal);
+    live(table.dataset.live, {
+      job: (job) => {
+        const tbody = document.querySelector("#jobs-table tbody");
+        const key = job.cluster_id + "/" + job.uid;
+        let row = tbody.querySelector(`tr[data-key="${CSS.escape(key)}"]`);
+        if (!row && !(canInsert && belongs(job))) return;
+        if (!row) {
+          row = el("tr", { "data-key": key },
+            el("td", null, el("a", { class: "job-link", href: `/jobs/${encodeURIComponent(job.cluster_id)}/${encodeURIComponent(job.uid)}` }, job.name)),
+            el("td", null, job.cluster_id), el("td", null, job.namespace), el("td", null, job.kind_key),
+            el("td", { class: "cell-phase" }), el("td", { class: "cell-reason" }), el("td", null, job.owner || ""),
+            el("td", { class: "cell-updated nowrap" }));
+          tbody.prepend(row);
+          const total = document.getElementById("jobs-total");
+          if (total && total.dataset.total) {
+            total.dataset.total = String(Number(total.dataset.total) + 1);
+            total.textContent = total.dataset.template.replace("{total}", total.dataset.total);
+          }
+          const empty = document.getElementById("jobs-empty");
+          if (empty) empty.remove();
+        }
+        row.querySelector(".cell-phase").replaceChildren(badge(job.phase, job.sub_phase));
+        const reason = row.querySelector(".cell-reason");
+        reason.textContent = job.reason || "";
+        reason.title = job.message || "";
+        row.querySelector(".cell-updated").textContent = formatTime(job.observed_at);
+        row.classList.toggle("deleted", job.change === "deleted");
+        flash(row);
+      },
+    }, () => refresh("#jobs-table tbody"));
+  }
+
+  // ---- one job ----------------------------------------------------------------------------
+  function jobPage() {
+    const head = document.getElementById("job-head");
+    if (!head) return;
+    live(head.dataset.live, {
+      job: (job) => {
+        document.getElementById("job-phase").replaceChildren(badge(job.phase, job.sub_phase));
+        const replicas = document.querySelector("#replicas tbody");
+        if (replicas && job.replicas && Object.keys(job.replicas).length) {
+          const dash = (value) => (value === null || value === undefined ? "—" : value);
+          replicas.replaceChildren(...Object.entries(job.replicas).map(([role, c]) =>
+            el("tr", null, el("td", null, role), el("td", null, dash(c.desired)), el("td", null, c.active || 0),
+              el("td", null, dash(c.ready)), el("td", null, c.succeeded || 0),
+              el("td", { class: c.failed ? "bad" : "" }, c.failed || 0))));
+        }
+        const timeline = document.getElementById("timeline");
+        if (timeline.querySelector(`li[data-sequence="${job.sequence}"]`)) return;
+        const what = el("div", { class: "what" }, badge(job.phase, job.sub_phase), " ");
+        if (job.previous_phase) what.append(el("span", { class: "muted" }, "← " + msg("phase." + job.previous_phase)), " ");
+        what.append(el("span", { class: "muted" }, msg("job.change." + job.change)), " ");
+        if (job.reason) what.append(el("strong", { class: "reason" }, job.reason));
+        const item = el("li", { class: phaseClass(job.phase), "data-sequence": job.sequence },
+          el("div", { class: "when" }, formatTime(job.observed_at)), what);
+        if (job.message) item.append(el("div", { class: "message" }, job.message));
+        timeline.prepend(item);
+        const empty = document.getElementById("timeline-empty");
+        if (empty) empty.remove();
+        flash(item);
+      },
+    }, () => refresh("#timeline"));
+  }
+
+  // ---- clusters -------------------------------------------------------------------------
+  function clustersPage() {
+    const list = document.querySelector(".cluster-list");
+    if (!list) return;
+    live(list.dataset.live, {
+      health: (h) => {
+        const card = document.getElementById("cluster-" + h.cluster_id);
+        if (!card) return;
+        const field = (name) => card.querySelector(`[data-field="${name}"]`);
+        const reachable = field("reachable");
+        reachable.textContent = h.reachable ? msg("clusters.reachable") : msg("clusters.unreachable");
+        reachable.className = "health " + (h.reachable ? "ok" : "bad");
+        field("kinds").replaceChildren(...(h.kinds_served || []).flatMap((k) => [el("span", { class: "tag" }, k), " "]));
+        field("owner").textContent = h.owner || "—";
+        field("lag").textContent = h.watch_lag_seconds == null ? "—" : h.watch_lag_seconds.toFixed(1) + "s";
+        field("error").textContent = h.last_error || "—";
+        field("error").className = h.last_error ? "bad" : "";
+      },
+    });
+  }
+
+  // ---- admin forms ------------------------------------------------------------------------
+  function formJson(form) {
+    const data = {};
+    for (const [key, value] of new FormData(form).entries()) {
+      if (value instanceof File) continue;
+      if (key === "kinds") (data.kinds = data.kinds || []).push(value);
+      else data[key] = value;
+    }
+    return data;
+  }
+
+  function showResult(box, ok, lines, title) {
+    box.hidden = false;
+    box.className = "result " + (ok ? "alert alert-ok" : "alert alert-error");
+    box.replaceChildren();
+    if (title) box.append(el("strong", null, title));
+    if (lines.length) box.append(el("ul", null, ...lines.map((line) => el("li", null, line))));
+  }
+
+  // The registry answers a dry-run with {cluster, connectivity} and a test with the connectivity report.
+  function connectivityOf(result) {
+    if (!result || typeof result !== "object") return {};
+    return result.connectivity || result;
+  }
+
+  function describeTest(report) {
+    const lines = [];
+    if (report.server) lines.push(report.server);
+    const version = report.server_version;
+    if (version) lines.push(msg("form.server_version") + ": " + (version.git_version || JSON.stringify(version)));
+    if (Array.isArray(report.kinds_served)) lines.push(msg("clusters.kinds") + ": " + (report.kinds_served.join(", ") || "—"));
+    if (report.error) lines.push(report.error);
+    return lines;
+  }
+
+  async function post(url, data) {
+    const response = await fetch(url, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json" },
+      body: JSON.stringify(data),
+      credentials: "same-origin",
+    });
+    let answer;
+    try { answer = await response.json(); } catch (e) { answer = { ok: false, problems: [response.statusText] }; }
+    return answer;
+  }
+
+  function wireKubeconfig(form) {
+    const text = form.querySelector("textarea[name=kubeconfig]");
+    const file = form.querySelector(".kubeconfig-file");
+    const select = form.querySelector(".context-select");
+    if (!text || !select) return;
+    let timer = null;
+    const readContexts = async () => {
+      if (!text.value.trim()) return;
+      const answer = await post("/admin/kubeconfig/contexts", { kubeconfig: text.value });
+      const previous = select.value;
+      select.replaceChildren();
+      if (!answer.ok) {
+        select.append(el("option", { value: "" }, (answer.problems || []).join("; ")));
+        return;
+      }
+      for (const name of answer.contexts) {
+        const option = el("option", { value: name }, name);
+        if (name === (previous || answer.current)) option.selected = true;
+        select.append(option);
+      }
+    };
+    text.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(readContexts, 300); });
+    if (file) {
+      file.addEventListener("change", async () => {
+        if (!file.files.length) return;
+        text.value = await file.files[0].text();
+        file.value = "";
+        readContexts();
+      });
+    }
+  }
+
+  function wireAdminForm(form) {
+    const box = form.querySelector(".result");
+    wireKubeconfig(form);
+    const testButton = form.querySelector(".js-test");
+    if (testButton && form.dataset.test) {
+      testButton.addEventListener("click", async () => {
+        if (!form.reportValidity()) return;
+        showResult(box, true, [], msg("form.testing"));
+        const answer = await post(form.dataset.test, formJson(form));
+        const report = connectivityOf(answer.result);
+        if (answer.ok && report.ok !== false) showResult(box, true, describeTest(report), msg("form.test_ok"));
+        else if (answer.ok) showResult(box, false, describeTest(report), msg("form.test_failed"));
+        else showResult(box, false, answer.problems || [], msg("form.refused"));
+      });
+    }
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      showResult(box, true, [], msg("form.saving"));
+      const answer = await post(form.dataset.action, formJson(form));
+      if (answer.ok && answer.result && answer.result.redirect) {
+        window.location.assign(answer.result.redirect);
+      } else if (answer.ok) {
+        showResult(box, true, [], msg("form.test_ok"));
+      } else {
+        showResult(box, false, answer.problems || [], msg("form.refused"));
+      }
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    jobsPage();
+    jobPage();
+    clustersPage();
+    document.querySelectorAll("form.admin-form").forEach(wireAdminForm);
+  });
+})();

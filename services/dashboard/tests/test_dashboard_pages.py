@@ -1,0 +1,383 @@
+"""Pages and admin actions against stand-ins shaped like the registry and query APIs.
+
+The real services are exercised together in tests/integration/test_dashboard_e2e.py; here a
+MockTransport answers in their documented shapes so each page's behaviour is checked alone.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from trainwatch_dashboard.app import create_app
+from trainwatch_dashboard.settings import DashboardSettings
+
+VIEWER, ADMIN = "viewer-token-123", "admin-token-456"
+
+JOB = {
+    "cluster_id": "sim-a",
+    "uid": "uid-1",
+    "namespace": "team-a",
+    "kind_key": "pytorchjob",
+    "kind": "PyTorchJob",
+    "api_version": "kubeflow.org/v1",
+    "name": "train-resnet",
+    "phase": "Running",
+    "sub_phase": None,
+    "terminal": False,
+    "previous_phase": "Pending",
+    "reason": "PyTorchJobRunning",
+    "message": "running",
+    "owner": "alice",
+    "queue": None,
+    "labels": {"team": "vision"},
+    "replicas": {"Worker": {"desired": 2, "active": 2, "ready": None, "succeeded": 0, "failed": 0}},
+    "restart_count": 0,
+    "created_at": "2026-11-29T15:00:00Z",
+    "started_at": "2026-11-29T15:00:05Z",
+    "finished_at": None,
+    "updated_at": "2026-11-29T15:00:05Z",
+    "deleted_at": None,
+    "sequence": 1,
+    "epoch": 1,
+    "resource_version": "101",
+    "event_id": "e1",
+    "watcher_id": "w1",
+}
+TRANSITIONS = [
+    {
+        "event_id": "e0",
+        "change": "created",
+        "sequence": 0,
+        "epoch": 1,
+        "phase": "Pending",
+        "sub_phase": "Created",
+        "terminal": False,
+        "previous_phase": None,
+        "reason": None,
+        "message": None,
+        "resource_version": "100",
+        "observed_at": "2026-11-29T15:00:00Z",
+        "source_transition_time": None,
+        "watcher_id": "w1",
+        "event": {},
+    },
+    {
+        "event_id": "e1",
+        "change": "transition",
+        "sequence": 1,
+        "epoch": 1,
+        "phase": "Running",
+        "sub_phase": None,
+        "terminal": False,
+        "previous_phase": "Pending",
+        "reason": "PyTorchJobRunning",
+        "message": "PyTorchJob train-resnet is running.",
+        "resource_version": "101",
+        "observed_at": "2026-11-29T15:00:05Z",
+        "source_transition_time": None,
+        "watcher_id": "w1",
+        "event": {},
+    },
+]
+CLUSTER = {
+    "id": "sim-a",
+    "name": "Simulated A",
+    "description": "",
+    "labels": {"env": "demo"},
+    "watch": {},
+    "context": "sim-a",
+    "server": "https://127.0.0.1:6443",
+    "auth_method": "token",
+    "connection_fingerprint": "abcdef0123456789",
+    "revision": 2,
+    "source": "api",
+    "created_at": "2026-11-29T15:00:00Z",
+    "updated_at": "2026-11-29T15:00:00Z",
+    "health": {
+        "reachable": True,
+        "owner": "watcher-1",
+        "epoch": 4,
+        "observed_at": "2026-11-29T15:00:00Z",
+        "kinds_served": ["job", "pytorchjob"],
+        "informers_running": 2,
+        "last_error": None,
+        "watch_lag_seconds": 0.4,
+    },
+}
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://10.0.0.1:6443"}}]
+users: [{name: u, user: {token: very-secret-token}}]
+contexts:
+- name: first
+  context: {cluster: c, user: u}
+- name: second
+  context: {cluster: c, user: u}
+current-context: second
+"""
+
+
+class Stand:
+    """Records every request and answers like the registry and the query API."""
+
+    def __init__(self) -> None:
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        path, method = request.url.path, request.method
+        if request.url.host == "query":
+            if path == "/v1/jobs":
+                return httpx.Response(200, json={"data": [JOB], "total": 1, "next_cursor": "c2"})
+            if path == "/v1/jobs/sim-a/uid-1":
+                return httpx.Response(200, json={**JOB, "transitions": TRANSITIONS})
+            if path == "/v1/stats":
+                rows = [
+                    {"cluster_id": "sim-a", "phase": "Running", "count": 3},
+                    {"cluster_id": "sim-a", "phase": "Failed", "count": 1},
+                ]
+                return httpx.Response(
+                    200,
+                    json={
+                        "total": 4,
+                        "deleted": 0,
+                        "by_cluster": {"sim-a": 4},
+                        "by_phase": {},
+                        "by_cluster_phase": rows,
+                    },
+                )
+            return httpx.Response(404, json={"detail": "no such job"})
+        token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if method == "GET" and path == "/v1/clusters":
+            return httpx.Response(200, json={"data": [CLUSTER], "total": 1, "next_cursor": None})
+        if method == "GET" and path == "/v1/clusters/sim-a":
+            return httpx.Response(200, json=CLUSTER)
+        if token != ADMIN:
+            return httpx.Response(403, json={"detail": "admin role required"})
+        body = json.loads(request.content or b"{}")
+        if method == "POST" and path == "/v1/clusters":
+            if "insecure" in body.get("kubeconfig", ""):
+                detail = [
+                    {
+                        "type": "kubeconfig.insecure",
+                        "loc": ["body", "kubeconfig"],
+                        "msg": "insecure-skip-tls-verify is not allowed",
+                    }
+                ]
+                return httpx.Response(422, json={"detail": detail})
+            if request.url.params.get("dry_run") == "true":
+                connectivity = {
+                    "ok": True,
+                    "server": "https://10.0.0.1:6443",
+                    "elapsed_ms": 3.0,
+                    "server_version": {"git_version": "v1.31.0"},
+                    "kinds_served": ["job"],
+                }
+                return httpx.Response(
+                    200, json={"dry_run": True, "cluster": CLUSTER, "connectivity": connectivity}
+                )
+            return httpx.Response(201, json={**CLUSTER, "id": body["id"]})
+        if method == "PATCH" and path == "/v1/clusters/sim-a":
+            return httpx.Response(200, json=CLUSTER)
+        if method == "DELETE" and path == "/v1/clusters/sim-a":
+            return httpx.Response(204)
+        return httpx.Response(404, json={"detail": "not found"})
+
+
+@pytest.fixture
+def stand() -> Stand:
+    return Stand()
+
+
+@pytest.fixture
+async def client(stand: Stand) -> AsyncIterator[httpx.AsyncClient]:
+    settings = DashboardSettings(
+        nats_url="nats://127.0.0.1:1",
+        registry_url="http://registry",
+        query_url="http://query",
+        dashboard_api_token=VIEWER,  # type: ignore[arg-type]
+    )
+    app = create_app(settings, transport=httpx.MockTransport(stand))
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+            yield c
+
+
+async def test_jobs_page_lists_jobs_with_filters_passed_to_the_query_api(
+    client: httpx.AsyncClient, stand: Stand
+) -> None:
+    response = await client.get(
+        "/jobs", params={"cluster": "sim-a", "phase": "Running", "name": "res", "kind": ""}
+    )
+    assert response.status_code == 200
+    assert "train-resnet" in response.text
+    assert 'href="/jobs/sim-a/uid-1"' in response.text
+    assert "phase-running" in response.text
+    assert "cursor=c2" in response.text  # the next page link carries the keyset cursor
+    query = next(r for r in stand.requests if r.url.path == "/v1/jobs")
+    assert dict(query.url.params) == {"cluster": "sim-a", "phase": "Running", "name": "res", "limit": "50"}
+    assert query.headers["authorization"] == f"Bearer {VIEWER}"
+    assert VIEWER not in response.text
+
+
+async def test_job_page_shows_the_timeline_newest_first_and_replicas(client: httpx.AsyncClient) -> None:
+    response = await client.get("/jobs/sim-a/uid-1")
+    assert response.status_code == 200
+    text = response.text
+    assert text.index("PyTorchJob train-resnet is running.") < text.index('data-sequence="0"')
+    assert "Worker" in text
+    assert 'href="/jobs?cluster=sim-a"' in text
+
+
+async def test_unknown_job_is_a_404_page(client: httpx.AsyncClient) -> None:
+    response = await client.get("/jobs/sim-a/nope")
+    assert response.status_code == 404
+    assert "not known" in response.text
+
+
+async def test_clusters_page_shows_health_owner_and_counts(client: httpx.AsyncClient) -> None:
+    response = await client.get("/clusters")
+    assert response.status_code == 200
+    text = response.text
+    for expected in ("Simulated A", "Reachable", "watcher-1", "pytorchjob", "0.4s", "https://127.0.0.1:6443"):
+        assert expected in text
+    assert "phase=Failed" in text
+    assert "phase-failed" in text
+
+
+async def test_language_switch_by_query_then_cookie(client: httpx.AsyncClient) -> None:
+    response = await client.get("/jobs?lang=zh-CN")
+    assert "任务" in response.text
+    assert 'lang="zh-CN"' in response.text
+    assert "tw_lang=zh-CN" in response.headers["set-cookie"]
+    client.cookies.set("tw_lang", "zh-CN")
+    again = await client.get("/clusters")
+    assert "可访问" in again.text
+    client.cookies.clear()
+    english = await client.get("/clusters", headers={"accept-language": "en-US"})
+    assert "Reachable" in english.text
+
+
+async def test_admin_actions_need_a_sign_in(client: httpx.AsyncClient, stand: Stand) -> None:
+    page = await client.get("/clusters/new")
+    assert page.status_code == 303
+    assert page.headers["location"].startswith("/admin/signin")
+    refused = await client.post("/admin/clusters", json={"id": "x", "kubeconfig": KUBECONFIG})
+    assert refused.status_code == 401
+    assert refused.json()["signin"] is True
+    assert not [r for r in stand.requests if r.method == "POST"]
+
+
+async def test_signed_in_admin_token_is_forwarded_and_never_shown(
+    client: httpx.AsyncClient, stand: Stand
+) -> None:
+    signin = await client.post(
+        "/admin/signin",
+        content=f"token={ADMIN}&next=/clusters/new",
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert signin.status_code == 303
+    assert signin.headers["location"] == "/clusters/new"
+    cookie = signin.headers["set-cookie"]
+    assert "HttpOnly" in cookie
+    assert "SameSite=strict" in cookie
+    client.cookies.set("tw_admin", ADMIN)
+    form = await client.get("/clusters/new")
+    assert form.status_code == 200
+    assert ADMIN not in form.text
+    tested = await client.post(
+        "/admin/clusters/test",
+        json={"id": "new-one", "kubeconfig": KUBECONFIG, "context": "first", "labels": "env=dev"},
+    )
+    assert tested.json()["ok"] is True
+    assert tested.json()["result"]["connectivity"]["server_version"]["git_version"] == "v1.31.0"
+    created = await client.post(
+        "/admin/clusters", json={"id": "new-one", "kubeconfig": KUBECONFIG, "kinds": ["job"]}
+    )
+    assert created.json() == {"ok": True, "result": {"redirect": "/clusters?added=new-one"}}
+    posts = [r for r in stand.requests if r.method == "POST"]
+    assert [r.headers["authorization"] for r in posts] == [f"Bearer {ADMIN}"] * 2
+    body = json.loads(posts[1].content)
+    assert body["watch"]["kinds"] == ["job"]
+    assert body["name"] == "new-one"
+    assert json.loads(posts[0].content)["labels"] == {"env": "dev"}
+    assert json.loads(posts[0].content)["context"] == "first"
+
+
+async def test_registry_validation_errors_come_back_plainly(client: httpx.AsyncClient) -> None:
+    client.cookies.set("tw_admin", ADMIN)
+    bad = KUBECONFIG.replace("server:", "insecure-skip-tls-verify: true, server:")
+    answer = await client.post("/admin/clusters", json={"id": "bad", "kubeconfig": bad})
+    assert answer.status_code == 422
+    assert answer.json()["problems"] == ["kubeconfig: insecure-skip-tls-verify is not allowed"]
+
+
+async def test_a_refused_admin_token_signs_the_browser_out(client: httpx.AsyncClient) -> None:
+    client.cookies.set("tw_admin", "wrong")
+    answer = await client.post("/admin/clusters/sim-a/delete", json={"confirm": "sim-a"})
+    assert answer.status_code == 403
+    assert answer.json()["signin"] is True
+    assert 'tw_admin=""' in answer.headers["set-cookie"]
+
+
+async def test_edit_rotate_and_remove(client: httpx.AsyncClient, stand: Stand) -> None:
+    client.cookies.set("tw_admin", ADMIN)
+    page = await client.get("/clusters/sim-a/edit")
+    assert page.status_code == 200
+    assert "env=demo" in page.text
+    updated = await client.post("/admin/clusters/sim-a", json={"labels": "env=prod\nteam=ml", "name": "A"})
+    assert updated.json()["ok"] is True
+    rotated = await client.post(
+        "/admin/clusters/sim-a/rotate", json={"kubeconfig": KUBECONFIG, "context": "second"}
+    )
+    assert rotated.json()["ok"] is True
+    wrong = await client.post("/admin/clusters/sim-a/delete", json={"confirm": "nope"})
+    assert wrong.status_code == 422
+    removed = await client.post("/admin/clusters/sim-a/delete", json={"confirm": "sim-a"})
+    assert removed.json()["result"]["redirect"] == "/clusters?removed=sim-a"
+    patches = [json.loads(r.content) for r in stand.requests if r.method == "PATCH"]
+    assert patches[0]["labels"] == {"env": "prod", "team": "ml"}
+    assert "kubeconfig" not in patches[0]
+    assert patches[1] == {"kubeconfig": KUBECONFIG, "context": "second"}
+    assert [r.method for r in stand.requests if r.url.path == "/v1/clusters/sim-a"][-1] == "DELETE"
+
+
+async def test_cross_site_admin_posts_are_refused(client: httpx.AsyncClient, stand: Stand) -> None:
+    client.cookies.set("tw_admin", ADMIN)
+    answer = await client.post(
+        "/admin/clusters/sim-a/delete", json={"confirm": "sim-a"}, headers={"origin": "https://evil.example"}
+    )
+    assert answer.status_code == 403
+    assert not [r for r in stand.requests if r.method == "DELETE"]
+
+
+async def test_kubeconfig_contexts_are_listed_without_secrets(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/admin/kubeconfig/contexts", json={"kubeconfig": KUBECONFIG})
+    assert answer.json() == {"ok": True, "contexts": ["first", "second"], "current": "second"}
+    assert "very-secret-token" not in answer.text
+    broken = await client.post("/admin/kubeconfig/contexts", json={"kubeconfig": "- just\n- a list"})
+    assert broken.status_code == 422
+
+
+async def test_backends_down_show_a_banner_not_a_500() -> None:
+    settings = DashboardSettings(
+        nats_url="nats://127.0.0.1:1", registry_url="http://127.0.0.1:9", query_url="http://127.0.0.1:9"
+    )
+    app = create_app(settings)
+    transport = httpx.ASGITransport(app)
+    async with (
+        app.router.lifespan_context(app),
+        httpx.AsyncClient(transport=transport, base_url="http://d") as c,
+    ):
+        jobs, clusters = await c.get("/jobs"), await c.get("/clusters")
+        ready = await c.get("/readyz")
+    assert jobs.status_code == 200
+    assert "not answering" in jobs.text
+    assert clusters.status_code == 200
+    assert "not answering" in clusters.text
+    assert ready.status_code == 503
