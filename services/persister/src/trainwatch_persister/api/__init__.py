@@ -1,0 +1,1 @@
+"""The query API: routers, dependencies, response models and cursors."""

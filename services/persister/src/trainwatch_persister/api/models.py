@@ -1,0 +1,91 @@
+"""Response models of the query API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from trainwatch_common import JobChange, Phase, ReplicaCounts, SubPhase
+
+
+class JobPublic(BaseModel):
+    """A job's current state: the newest event by the ordering rule (sequence, epoch, resourceVersion)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    cluster_id: str
+    uid: str
+    namespace: str
+    kind_key: str = Field(description="Trainwatch's kind key, e.g. pytorchjob")
+    kind: str
+    api_version: str
+    name: str
+    phase: Phase
+    sub_phase: SubPhase | None
+    terminal: bool
+    previous_phase: Phase | None
+    reason: str | None
+    message: str | None
+    owner: str | None
+    queue: str | None
+    labels: dict[str, str]
+    replicas: dict[str, ReplicaCounts]
+    restart_count: int
+    created_at: datetime = Field(description="The job's creationTimestamp (first observation if unknown)")
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime = Field(description="When the event holding this state was observed")
+    deleted_at: datetime | None = Field(description="When the job was seen deleted from its cluster")
+    sequence: int
+    epoch: int
+    resource_version: str
+    event_id: str
+    watcher_id: str | None
+
+
+class JobsPublic(BaseModel):
+    data: list[JobPublic]
+    total: int = Field(description="How many jobs match the filters (all pages)")
+    next_cursor: str | None = Field(description="Pass as ?cursor= for the next page; null on the last page")
+
+
+class TransitionPublic(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    event_id: str
+    change: JobChange
+    sequence: int
+    epoch: int
+    phase: Phase
+    sub_phase: SubPhase | None
+    terminal: bool
+    previous_phase: Phase | None
+    reason: str | None
+    message: str | None
+    resource_version: str
+    observed_at: datetime
+    source_transition_time: datetime | None
+    watcher_id: str | None
+    event: dict[str, Any] = Field(description="The JobStatusEvent as published")
+
+
+class JobDetail(JobPublic):
+    transitions: list[TransitionPublic] = Field(description="The whole kept history, oldest first")
+
+
+class ClusterPhaseCount(BaseModel):
+    cluster_id: str
+    phase: Phase
+    count: int
+
+
+class StatsPublic(BaseModel):
+    """Counts of live jobs (not deleted from their cluster) for dashboards."""
+
+    total: int
+    deleted: int = Field(description="Jobs deleted from their cluster but still kept")
+    by_cluster: dict[str, int]
+    by_phase: dict[str, int]
+    by_cluster_phase: list[ClusterPhaseCount]

@@ -1,0 +1,1 @@
+"""Alembic migrations, run with ``python -m trainwatch_persister migrate`` or at start-up."""

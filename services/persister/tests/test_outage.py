@@ -1,0 +1,87 @@
+"""The database dies mid-stream and comes back: nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import sqlalchemy as sa
+from persister_factories import jetstream, make_event, publish, running_persister
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from trainwatch_common import Phase
+from trainwatch_common.streams import PERSISTER_CONSUMER
+from trainwatch_common.testing import PostgresServer, eventually
+from trainwatch_persister.tables import job_transitions, jobs
+
+JOBS = 150
+PHASES = [Phase.PENDING, Phase.RUNNING, Phase.RESTARTING, Phase.RUNNING, Phase.SUCCEEDED]
+
+
+async def counts(engine: AsyncEngine) -> tuple[int, int]:
+    async with engine.connect() as conn:
+        transitions = (await conn.execute(sa.select(sa.func.count()).select_from(job_transitions))).scalar()
+        rows = (await conn.execute(sa.select(sa.func.count()).select_from(jobs))).scalar()
+    return int(transitions or 0), int(rows or 0)
+
+
+async def test_database_killed_mid_stream_and_restarted(
+    postgres_process: PostgresServer, nats_url: str
+) -> None:
+    events = [make_event(uid=f"u{j}", sequence=s, phase=p) for s, p in enumerate(PHASES) for j in range(JOBS)]
+    first_half, second_half = events[: len(events) // 2], events[len(events) // 2 :]
+    async with (
+        jetstream(nats_url) as js,
+        running_persister(database_url=postgres_process.url, nats_url=nats_url, batch_size=25) as app,
+    ):
+        engine: AsyncEngine = app.state.engine
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://persister")
+
+        async def publish_all(batch: list) -> None:  # type: ignore[type-arg]
+            for event in batch:
+                await publish(js, event)
+
+        publishing = asyncio.create_task(publish_all(first_half), name="test-publisher")
+        try:
+            await eventually(lambda: _some_written(engine), timeout=20, message="writes under way")
+            postgres_process.kill()  # while batches are being fetched and written
+            await publishing
+            await publish_all(second_half)  # arrive during the outage
+            await eventually(lambda: not app.state.consumer.database_ok, message="outage noticed")
+            assert (await client.get("/readyz")).status_code == 503
+            pending = await js.consumer_info(PERSISTER_CONSUMER.stream, "persister")
+            assert pending.num_pending + pending.num_ack_pending > 0, (
+                "nothing may be acked while the database is down"
+            )
+
+            postgres_process.start()
+            await eventually(
+                lambda: _all_written(engine), timeout=60, message="every event written after restart"
+            )
+            await eventually(lambda: _fully_acked(js), timeout=20, message="every message acked")
+            assert app.state.consumer.database_ok
+            assert (await client.get("/readyz")).status_code == 200
+            async with engine.connect() as conn:
+                states = {
+                    (r.phase, r.sequence)
+                    for r in await conn.execute(sa.select(jobs.c.phase, jobs.c.sequence))
+                }
+                history = (await conn.execute(sa.select(job_transitions.c.event_id))).scalars().all()
+            assert states == {("Succeeded", 4)}
+            assert sorted(history) == sorted(e.event_id for e in events)  # each once: none lost, none doubled
+        finally:
+            publishing.cancel()
+            await client.aclose()
+
+
+async def _some_written(engine: AsyncEngine) -> bool:
+    return (await counts(engine))[0] > 0
+
+
+async def _all_written(engine: AsyncEngine) -> bool:
+    return await counts(engine) == (JOBS * len(PHASES), JOBS)
+
+
+async def _fully_acked(js: object) -> bool:
+    info = await js.consumer_info(PERSISTER_CONSUMER.stream, "persister")  # type: ignore[attr-defined]
+    return bool(info.num_pending == 0 and info.num_ack_pending == 0)

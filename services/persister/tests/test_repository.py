@@ -1,0 +1,194 @@
+"""Writes against real PostgreSQL and SQLite: idempotency, ordering, deletion, retention."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from persister_factories import BASE_TIME, make_event
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_persister import repository, retention
+from trainwatch_persister.tables import job_counts, job_transitions, jobs
+
+
+async def write(engine: AsyncEngine, *events: JobStatusEvent) -> repository.WriteResult:
+    async with engine.begin() as conn:
+        return await repository.write_events(conn, list(events))
+
+
+async def job(engine: AsyncEngine, uid: str = "uid-1", cluster: str = "alpha") -> dict[str, Any]:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(sa.select(jobs).where(jobs.c.cluster_id == cluster, jobs.c.uid == uid))
+        ).mappings().one()  # fmt: skip
+    return dict(row)
+
+
+async def history(engine: AsyncEngine) -> list[tuple[str, int]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(job_transitions.c.event_id, job_transitions.c.epoch).order_by(
+                job_transitions.c.event_id
+            )
+        )
+    return [(r.event_id, r.epoch) for r in rows]
+
+
+async def test_redelivery_and_duplicate_ids_are_idempotent(engine: AsyncEngine) -> None:
+    events = [make_event(sequence=0), make_event(sequence=1, phase=Phase.RUNNING)]
+    first = await write(engine, *events)
+    assert (first.new_transitions, first.jobs_changed) == (2, 1)
+    before = await job(engine)
+
+    again = await write(engine, *events)  # a redelivered batch
+    dup_in_batch = await write(engine, events[1], events[1], events[0])  # duplicates inside one batch
+    assert (again.new_transitions, again.jobs_changed) == (0, 0)
+    assert (dup_in_batch.new_transitions, dup_in_batch.jobs_changed) == (0, 0)
+    assert await job(engine) == before
+    assert [eid for eid, _ in await history(engine)] == ["job.alpha.uid-1.0", "job.alpha.uid-1.1"]
+
+
+async def test_out_of_order_events_never_move_the_state_backwards(engine: AsyncEngine) -> None:
+    created = make_event(sequence=0)
+    running = make_event(sequence=1, phase=Phase.RUNNING)
+    succeeded = make_event(sequence=2, phase=Phase.SUCCEEDED)
+    await write(engine, succeeded)
+    await write(engine, running)  # late
+    await write(engine, created)  # later still
+    row = await job(engine)
+    assert (row["phase"], row["sequence"], row["terminal"]) == ("Succeeded", 2, True)
+    assert len(await history(engine)) == 3  # all kept in the history
+
+    # The same inside one batch, in any order.
+    await write(
+        engine, make_event(uid="uid-2", sequence=2, phase=Phase.FAILED), make_event(uid="uid-2", sequence=1)
+    )
+    assert (await job(engine, "uid-2"))["phase"] == "Failed"
+
+
+async def test_stale_epoch_never_overwrites_the_same_sequence(engine: AsyncEngine) -> None:
+    # The new owner (epoch 5) reported the 3rd transition; the fenced-off owner's (epoch 4) arrives late,
+    # even with a higher resourceVersion.
+    await write(engine, make_event(sequence=3, epoch=5, rv="500", phase=Phase.RUNNING))
+    stale = make_event(sequence=3, epoch=4, rv="900", phase=Phase.FAILED, event_id="job.alpha.uid-1.3-stale")
+    result = await write(engine, stale)
+    row = await job(engine)
+    assert (row["phase"], row["epoch"], row["resource_version"]) == ("Running", 5, "500")
+    assert result.jobs_changed == 0
+    assert result.new_transitions == 1  # a new id is still history
+
+    # The other way round: the higher epoch replaces the lower one at the same sequence.
+    await write(engine, make_event(uid="uid-2", sequence=3, epoch=4, rv="900", phase=Phase.FAILED))
+    await write(engine, make_event(uid="uid-2", sequence=3, epoch=5, rv="500", phase=Phase.RUNNING))
+    assert (await job(engine, "uid-2"))["epoch"] == 5
+
+
+async def test_a_new_owner_continues_the_sequence_even_with_a_lower_epoch(engine: AsyncEngine) -> None:
+    """Sequence is compared first: an epoch counter reset must not freeze a job."""
+    await write(engine, make_event(sequence=4, epoch=9, phase=Phase.RUNNING))
+    await write(engine, make_event(sequence=5, epoch=1, phase=Phase.SUCCEEDED))
+    assert (await job(engine))["phase"] == "Succeeded"
+
+
+async def test_resource_version_orders_reports_of_the_same_owner(engine: AsyncEngine) -> None:
+    await write(engine, make_event(sequence=2, rv="1000", phase=Phase.RUNNING))
+    # "999" < "1000" as integers although not as strings.
+    await write(engine, make_event(sequence=2, rv="999", phase=Phase.PENDING, event_id="x-999"))
+    assert (await job(engine))["resource_version"] == "1000"
+    await write(engine, make_event(sequence=2, rv="1001", phase=Phase.RESTARTING, event_id="x-1001"))
+    assert (await job(engine))["phase"] == "Restarting"
+
+
+async def test_deleted_marks_the_job_and_keeps_the_row(engine: AsyncEngine) -> None:
+    await write(engine, make_event(sequence=0), make_event(sequence=1, phase=Phase.SUCCEEDED))
+    gone_at = BASE_TIME + timedelta(hours=1)
+    await write(engine, make_event(sequence=2, phase=Phase.SUCCEEDED, change="deleted", observed_at=gone_at))
+    row = await job(engine)
+    assert row["deleted_at"] == gone_at
+    assert row["phase"] == "Succeeded"
+    # A late transition does not resurrect it.
+    await write(engine, make_event(sequence=1, phase=Phase.RUNNING))
+    assert (await job(engine))["deleted_at"] == gone_at
+
+
+async def test_created_at_keeps_the_earliest_known(engine: AsyncEngine) -> None:
+    first = make_event(sequence=0).model_copy(update={"created_at": None})
+    await write(engine, first)
+    assert (await job(engine))["created_at"] == first.observed_at  # first observation stands in
+    await write(engine, make_event(sequence=1, created_at=BASE_TIME - timedelta(days=1)))
+    assert (await job(engine))["created_at"] == BASE_TIME - timedelta(days=1)
+
+
+async def test_large_batches_are_split_under_the_parameter_limit(engine: AsyncEngine) -> None:
+    events = [make_event(uid=f"u{i}", sequence=s) for i in range(1500) for s in (0, 1)]
+    result = await write(engine, *events)
+    assert (result.new_transitions, result.jobs_changed) == (3000, 1500)
+
+
+async def test_retention_prunes_old_history_and_old_deleted_jobs(engine: AsyncEngine) -> None:
+    now = BASE_TIME + timedelta(days=100)
+    old, recent = BASE_TIME, now - timedelta(days=1)
+    await write(
+        engine,
+        make_event(uid="live", sequence=0, observed_at=old),
+        make_event(uid="live", sequence=1, observed_at=recent, phase=Phase.RUNNING),
+        make_event(uid="gone", sequence=0, observed_at=old),
+        make_event(uid="gone", sequence=1, observed_at=old + timedelta(hours=1), change="deleted"),
+        make_event(uid="gone-lately", sequence=0, observed_at=old),
+        make_event(uid="gone-lately", sequence=1, observed_at=recent, change="deleted"),
+    )
+    await retention.prune_once(engine, retention_days=30, now=now)
+    assert [eid for eid, _ in await history(engine)] == ["job.alpha.gone-lately.1", "job.alpha.live.1"]
+    async with engine.connect() as conn:
+        left = sorted((await conn.execute(sa.select(jobs.c.uid))).scalars())
+    assert left == ["gone-lately", "live"]
+
+    await retention.prune_once(engine, retention_days=0, now=now + timedelta(days=1000))  # 0 = keep forever
+    assert len(await history(engine)) == 2
+
+
+async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -> None:
+    """The trigger-kept totals against GROUP BY, after inserts, moves, stale events, deletions, pruning."""
+    rng = random.Random(11)
+    sequences: dict[str, int] = {}
+    phases = list(Phase)
+    for _ in range(12):
+        batch = []
+        for _ in range(40):
+            uid = f"u{rng.randrange(60)}"
+            sequence = sequences.get(uid, -1) + 1
+            if rng.random() < 0.2 and sequence > 1:
+                sequence -= 2  # late or duplicated
+            sequences[uid] = max(sequences.get(uid, 0), sequence)
+            batch.append(
+                make_event(
+                    uid=uid, cluster=f"c{int(uid[1:]) % 3}", sequence=sequence, epoch=rng.randrange(1, 3),
+                    phase=rng.choice(phases), change="deleted" if rng.random() < 0.05 else None,
+                    observed_at=BASE_TIME + timedelta(days=rng.randrange(60)),
+                )
+            )  # fmt: skip
+        await write(engine, *batch)
+        assert await totals(engine) == await counted(engine)
+    await retention.prune_once(engine, retention_days=30, now=BASE_TIME + timedelta(days=70))
+    assert await totals(engine) == await counted(engine)
+
+
+async def totals(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(sa.select(job_counts).where(job_counts.c.jobs != 0))
+        return {(r.cluster_id, r.phase, bool(r.deleted)): r.jobs for r in rows}
+
+
+async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+    deleted = jobs.c.deleted_at.is_not(None)
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(jobs.c.cluster_id, jobs.c.phase, deleted, sa.func.count()).group_by(
+                jobs.c.cluster_id, jobs.c.phase, deleted
+            )
+        )
+        return {(c, p, bool(d)): n for c, p, d, n in rows}
