@@ -65,3 +65,18 @@ async def test_epochs_survive_a_redis_restart(redis_process: RedisServer) -> Non
         assert await leases.current_epoch("c1") == 1
     finally:
         await client.aclose()
+
+
+async def test_renew_many_renews_held_leases_in_one_round_trip_and_refuses_stale_ones(
+    leases: LeaseManager,
+) -> None:
+    held = [await leases.acquire(f"c{i}", "replica-a") for i in range(3)]
+    assert all(lease is not None for lease in held)
+    stale = held[1]
+    assert stale is not None
+    await leases.release(stale)
+    taken = await leases.acquire("c1", "replica-b")
+    assert taken is not None
+    assert await leases.renew_many([lease for lease in held if lease is not None]) == [True, False, True]
+    assert await leases.holder_of("c1") == ("replica-b", taken.epoch)
+    assert await leases.renew_many([]) == []

@@ -8,6 +8,7 @@ never extend or delete the new owner's lease.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from redis.asyncio import Redis
@@ -74,6 +75,18 @@ class LeaseManager:
     async def renew(self, lease: Lease) -> bool:
         """True if we still held the lease and extended it by the TTL."""
         return bool(await self._renew(keys=[self.lease_key(lease.name)], args=[lease.value, self.ttl_ms]))
+
+    async def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
+        """``renew`` for several leases in one round trip (a pipeline; each is its own compare-and-set)."""
+        if not leases:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for lease in leases:
+                await self._renew(
+                    keys=[self.lease_key(lease.name)], args=[lease.value, self.ttl_ms], client=pipe
+                )
+            results = await pipe.execute()
+        return [bool(result) for result in results]
 
     async def release(self, lease: Lease) -> bool:
         return bool(await self._release(keys=[self.lease_key(lease.name)], args=[lease.value]))

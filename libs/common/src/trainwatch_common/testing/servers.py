@@ -8,6 +8,8 @@ command that installs it: a test never silently skips for want of a server.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import glob
 import os
 import pwd
@@ -23,6 +25,16 @@ from pathlib import Path
 
 class ServerMissing(RuntimeError):
     """A server binary is not installed; the message says how to install it."""
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGKILL it when the test process dies, even by SIGKILL or timeout.
+
+    Linux ties this to the thread that started the child: start servers from a thread that outlives
+    them (the main thread, or the event loop's executor, whose threads last until the loop closes).
+    """
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def free_port() -> int:
@@ -101,6 +113,7 @@ class ServerProcess:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 user=self.run_as_user(),
+                preexec_fn=_die_with_parent,
             )
         finally:
             log_file.close()
