@@ -156,7 +156,7 @@ async def register_clusters(registry_url: str, admin_token: str, kubeconfigs: li
                 "description": "A kubesim cluster running demo jobs of every kind",
                 "labels": {"env": "demo", "region": ["east", "west", "north"][index % 3]},
                 "kubeconfig": path.read_text(),
-                "watch": {"owner_label": "trainwatch.dev/owner"},
+                "watch": {"owner_annotation": "trainwatch.io/owner"},
             }
             response = await client.post("/v1/clusters", json=body)
             if response.status_code not in (200, 201, 409):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import zlib
+
 from typing import Any
 
 from kubesim.kinds import KindSpec
@@ -111,6 +113,10 @@ def _kubeflow_spec(spec: KindSpec, restart_policy: str) -> dict[str, Any]:
     return out
 
 
+# Who submitted a demo job (the annotation a cluster's watch options can name as the owner).
+DEMO_OWNERS = ("alice@example.com", "bob@example.com", "chen.wei@example.com")
+
+
 def manifest(
     spec: KindSpec,
     name: str,
@@ -124,7 +130,7 @@ def manifest(
         "name": name,
         "namespace": namespace,
         "labels": {"app.kubernetes.io/part-of": "trainwatch-demo", "team": "ml-platform", **(labels or {})},
-        "annotations": {"trainwatch.io/owner": "alice@example.com"},
+        "annotations": {"trainwatch.io/owner": DEMO_OWNERS[zlib.crc32(name.encode()) % len(DEMO_OWNERS)]},
     }
     body: dict[str, Any] = {"apiVersion": spec.api_version, "kind": spec.kind, "metadata": meta}
     family = spec.family

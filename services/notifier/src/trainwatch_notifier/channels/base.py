@@ -1,0 +1,92 @@
+"""What every channel does, and how sending fails.
+
+Exceptions::
+
+    SendError                  a send did not succeed; ``reason`` is a short slug for metrics
+    ├── RetryableSendError     try again later (429, 5xx, rate-limit codes, transport errors)
+    └── PermanentSendError     retrying cannot help (bad signature, keyword, token, body)
+
+Retry decisions go by class, never by message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any, Protocol
+
+import httpx
+
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts
+from trainwatch_notifier.ruleset import ChannelConfig
+
+Body = dict[str, Any]
+
+
+class SendError(Exception):
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class RetryableSendError(SendError):
+    def __init__(self, reason: str, detail: str = "", *, retry_after: float | None = None) -> None:
+        super().__init__(reason, detail)
+        self.retry_after = retry_after
+
+
+class PermanentSendError(SendError):
+    pass
+
+
+class Channel(Protocol):
+    """One configured destination. Rendering is pure; ``post`` signs (freshly, per attempt) and sends."""
+
+    name: str
+    config: ChannelConfig
+
+    def render(self, facts: JobFacts) -> Body: ...
+
+    def render_digest(self, digest: DigestFacts) -> Body: ...
+
+    async def post(self, body: Body) -> None: ...
+
+
+def retry_after_seconds(response: httpx.Response) -> float | None:
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time())
+
+
+async def post_bytes(
+    client: httpx.AsyncClient, url: str, content: bytes, *, headers: dict[str, str], timeout_seconds: float
+) -> httpx.Response:
+    """POST, turning transport failures, 429 and 5xx into RetryableSendError and other 4xx into
+    PermanentSendError; returns 2xx/3xx responses for the channel to read its own codes."""
+    try:
+        response = await client.post(url, content=content, headers=headers, timeout=timeout_seconds)
+    except httpx.TransportError as exc:  # connect/read errors and timeouts: the bot may be back soon
+        raise RetryableSendError("transport", type(exc).__name__) from None
+    if response.status_code == 429:
+        raise RetryableSendError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
+    if response.status_code >= 500:
+        raise RetryableSendError(f"http-{response.status_code}", response.text[:200])
+    if response.status_code >= 400:
+        raise PermanentSendError(f"http-{response.status_code}", response.text[:200])
+    return response
+
+
+def json_of(response: httpx.Response) -> dict[str, Any]:
+    try:
+        value = response.json()
+    except ValueError:
+        raise PermanentSendError("bad-response", response.text[:200]) from None
+    if not isinstance(value, dict):
+        raise PermanentSendError("bad-response", response.text[:200])
+    return value

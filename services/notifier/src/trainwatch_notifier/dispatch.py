@@ -1,0 +1,337 @@
+"""Per-channel workers: claim, rate-limit, send (one message or a digest), retry, settle.
+
+One worker (one task) per channel sends in order, so a job's Failed never overtakes its
+Restarting. A message is settled (and acked by the consumer once all its channels are) only
+after its send is confirmed and recorded, or after it was definitively dropped (duplicate,
+dead letter).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+import zlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from redis.exceptions import RedisError
+
+from trainwatch_common import JobStatusEvent
+from trainwatch_notifier import metrics
+from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError, RetryableSendError
+from trainwatch_notifier.deadletter import DeadLetters
+from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
+from trainwatch_notifier.digest import BurstDetector
+from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
+from trainwatch_notifier.rules import Delivery, Owner
+
+log = logging.getLogger(__name__)
+
+
+class Settler(Protocol):
+    """The consumer's handle on one message: each channel settles it once (repeats are ignored)."""
+
+    async def settle(self, channel: str, *, retry: bool) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    event: JobStatusEvent
+    payload: bytes  # the CloudEvent as received, for dead letters
+    delivery: Delivery
+    message: Settler
+
+
+@dataclass
+class WorkerDeps:
+    keys: IdempotencyKeys
+    deadletters: DeadLetters
+    limits: BotLimits
+    dashboard_url: str
+    cluster_name: Callable[[str], str]
+    retry_base_seconds: float = 1.0
+    retry_cap_seconds: float = 60.0
+    retry_max_seconds: float = 600.0
+    unconfirmed_after_seconds: float = 120.0
+    unconfirmed_policy: Literal["deadletter", "resend"] = "deadletter"
+    clock: Clock = time.monotonic
+    sleep: Sleep = asyncio.sleep
+    # Test seam: awaited after a send is recorded as sent and before its messages are settled.
+    after_sent: Callable[[list[str]], Awaitable[None]] | None = None
+    jitter: Callable[[], float] = field(default=random.random)
+
+
+def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
+    if owner is None:
+        return None
+    ids = owner.ids
+    if ids is None:
+        return Mention(owner.display_name, None)
+    if channel_type == "dingtalk":
+        return Mention(owner.display_name, ids.dingtalk, mobile=ids.dingtalk_mobile)
+    user_id = {"feishu": ids.feishu, "slack": ids.slack, "wecom": ids.wecom}.get(channel_type)
+    return Mention(owner.display_name, user_id)
+
+
+@dataclass
+class Lane:
+    """One sequential sender of a channel: the jobs hashed to it keep their order."""
+
+    queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
+    busy: bool = False
+    in_request: bool = False  # an HTTP request is out: its outcome is unknown if we die now
+
+
+class ChannelWorker:
+    def __init__(self, channel: Channel, deps: WorkerDeps) -> None:
+        self.deps = deps
+        self.lanes = [Lane() for _ in range(channel.config.concurrency)]
+        self.retiring = False
+        self.channel = channel
+        self._bucket: Bucket
+        self._burst: BurstDetector
+        self.update(channel)
+
+    @property
+    def name(self) -> str:
+        return self.channel.name
+
+    def update(self, channel: Channel) -> None:
+        """Take a changed configuration; items already queued are rendered with it."""
+        self.channel = channel
+        config = channel.config
+        self._bucket = self.deps.limits.bucket(config.bot_key(), config.limits)
+        digest = config.digest
+        burst = getattr(self, "_burst", None)
+        # Keep the recent-send history across reloads that leave the digest settings alone.
+        if burst is None or (burst.threshold, burst.window_seconds) != (
+            digest.threshold,
+            digest.window_seconds,
+        ):
+            self._burst = BurstDetector(
+                threshold=digest.threshold, window_seconds=digest.window_seconds, clock=self.deps.clock
+            )
+
+    def idle(self) -> bool:
+        return all(not lane.busy and lane.queue.empty() for lane in self.lanes)
+
+    def submit(self, item: Item) -> None:
+        """Queue an item on its job's lane (one lane unless the channel has concurrency > 1)."""
+        lane = zlib.crc32(item.event.job.uid.encode()) % len(self.lanes) if len(self.lanes) > 1 else 0
+        self.lanes[lane].queue.put_nowait(item)
+
+    async def run(self, lane_index: int = 0) -> None:
+        lane = self.lanes[lane_index]
+        while not (self.retiring and lane.queue.empty()):
+            item = await lane.queue.get()
+            lane.busy = True
+            batch = [item]
+            try:
+                config = self.channel.config
+                if config.digest_enabled and self._burst.in_burst(waiting=1 + lane.queue.qsize()):
+                    batch += await self._collect(lane.queue, config.digest.hold_seconds)
+                await self._deliver(batch, lane)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a task boundary: never lose the worker, let the events come back
+                log.exception("channel worker failed a batch", extra={"channel": self.name})
+                for failed in batch:
+                    await failed.message.settle(self.name, retry=True)
+            finally:
+                lane.busy = False
+
+    async def _collect(self, queue: asyncio.Queue[Item], hold_seconds: float) -> list[Item]:
+        """Everything that arrives within ``hold_seconds``: the burst becomes one digest."""
+        collected: list[Item] = []
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(hold_seconds):
+                while True:
+                    collected.append(await queue.get())
+        while not queue.empty():
+            collected.append(queue.get_nowait())
+        return collected
+
+    # -- one send, of one event or of a digest --------------------------------------------
+    async def _deliver(self, items: list[Item], lane: Lane) -> None:
+        claimed = await self._claim(items)
+        if not claimed:
+            return
+        to_send = [item for item, _ in claimed]
+        claims = [claim for _, claim in claimed]
+        kind = "digest" if len(to_send) > 1 else "single"
+        try:
+            body = self._render(to_send) if kind == "digest" else self._render_one(to_send[0])
+        except ValueError as exc:
+            await self._give_up(claimed, "render-error", str(exc))
+            return
+        try:
+            await self._post_with_retries(body, kind, lane)
+        except PermanentSendError as exc:
+            await self._give_up(claimed, exc.reason, exc.detail)
+            return
+        except asyncio.CancelledError:
+            if lane.in_request:  # the request may have reached the bot: keep the "sending" markers
+                log.warning("cancelled during a send; its outcome is unknown", extra={"channel": self.name})
+            else:  # cancelled while waiting: nothing is out, let a later copy send
+                with contextlib.suppress(RedisError):
+                    await asyncio.shield(self.deps.keys.release(claims))
+            raise
+        self._burst.record()
+        await self._record_sent(claims)
+        if self.deps.after_sent is not None:
+            await self.deps.after_sent([item.event.event_id for item in to_send])
+        outcome = "digested" if kind == "digest" else "sent"
+        for item in to_send:
+            metrics.DELIVERIES.labels(self.name, outcome).inc()
+            await item.message.settle(self.name, retry=False)
+
+    def _facts(self, item: Item) -> JobFacts:
+        config = self.channel.config
+        return JobFacts(
+            event=item.event,
+            cluster_name=self.deps.cluster_name(item.event.job.cluster_id),
+            link=job_link(self.deps.dashboard_url, item.event),
+            language=config.language,
+            mention=mention_for(item.delivery.mention, config.type),
+        )
+
+    def _render_one(self, item: Item) -> Body:
+        return self.channel.render(self._facts(item))
+
+    def _render(self, items: list[Item]) -> Body:
+        config = self.channel.config
+        digest = DigestFacts(
+            items=[self._facts(item) for item in items],
+            seconds=round(config.digest.hold_seconds),
+            language=config.language,
+            dashboard_url=self.deps.dashboard_url,
+            max_listed=config.digest.max_listed,
+        )
+        return self.channel.render_digest(digest)
+
+    async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
+        keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
+        try:
+            claims = await self.deps.keys.claim(keys)
+        except RedisError as exc:
+            log.warning(
+                "redis unavailable, events put back", extra={"channel": self.name, "error": repr(exc)}
+            )
+            for item in items:
+                await item.message.settle(self.name, retry=True)
+            return []
+        claimed: list[tuple[Item, Claim]] = []
+        for item, claim in zip(items, claims, strict=True):
+            if claim.state == "claimed":
+                claimed.append((item, claim))
+            elif claim.state in ("sent", "dead"):
+                metrics.DELIVERIES.labels(self.name, "duplicate").inc()
+                await item.message.settle(self.name, retry=False)
+            elif claim.age < self.deps.unconfirmed_after_seconds:
+                metrics.DELIVERIES.labels(self.name, "retry").inc()  # a live sender may still be at it
+                await item.message.settle(self.name, retry=True)
+            elif self.deps.unconfirmed_policy == "resend" and (
+                taken := await self.deps.keys.take_over(claim)
+            ):
+                claimed.append((item, taken))
+            else:
+                metrics.DELIVERIES.labels(self.name, "unconfirmed").inc()
+                await self._give_up(
+                    [(item, claim)], "unconfirmed-send", "a sender crashed mid-send; not resent"
+                )
+        return claimed
+
+    async def _post_with_retries(self, body: Body, kind: str, lane: Lane) -> None:
+        deps = self.deps
+        deadline = deps.clock() + deps.retry_max_seconds
+        attempt = 0
+        while True:
+            waited = await self._bucket.acquire()
+            if waited:
+                metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(waited)
+            started = time.perf_counter()
+            try:
+                lane.in_request = True
+                await self.channel.post(body)
+                lane.in_request = False
+            except RetryableSendError as exc:
+                lane.in_request = False
+                metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                attempt += 1
+                backoff = min(deps.retry_cap_seconds, deps.retry_base_seconds * 2 ** (attempt - 1))
+                delay = (
+                    exc.retry_after if exc.retry_after is not None else backoff * (0.5 + deps.jitter() / 2)
+                )
+                if deps.clock() + delay > deadline:
+                    raise PermanentSendError(
+                        "retries-exhausted", f"{exc.reason} {exc.detail}".strip()
+                    ) from None
+                log.info(
+                    "send failed, retrying",
+                    extra={"channel": self.name, "reason": exc.reason, "delay": delay},
+                )
+                await deps.sleep(delay)
+                continue
+            except PermanentSendError as exc:
+                lane.in_request = False
+                metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                raise
+            metrics.SEND_SECONDS.labels(self.name).observe(time.perf_counter() - started)
+            metrics.SENDS.labels(self.name, kind, "ok").inc()
+            return
+
+    async def _record_sent(self, claims: list[Claim]) -> None:
+        """The send happened: record it before anything is acked, retrying while Redis is away.
+
+        If the process dies before this succeeds the keys keep their "sending" markers and a
+        redelivered copy is handled by the unconfirmed policy instead of being sent again.
+        """
+        delay = 0.1
+        while True:
+            try:
+                await self.deps.keys.mark_sent([claim.key for claim in claims])
+                return
+            except RedisError as exc:
+                log.warning("cannot record a send yet", extra={"channel": self.name, "error": repr(exc)})
+                await self.deps.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    async def _give_up(self, claimed: list[tuple[Item, Claim]], reason: str, detail: str) -> None:
+        """Dead-letter each event with the reason and mark it so no copy is ever sent."""
+        for item, claim in claimed:
+            try:
+                await self.deps.deadletters.publish(
+                    payload=item.payload,
+                    event_id=item.event.event_id,
+                    channel=self.name,
+                    reason=reason,
+                    detail=detail,
+                )
+            except Exception as exc:  # NATS away: the redelivered copy will try again
+                log.warning(
+                    "cannot publish a dead letter yet", extra={"channel": self.name, "error": repr(exc)}
+                )
+                if claim.state == "claimed":  # nothing was sent: give our claim back
+                    with contextlib.suppress(RedisError):
+                        await self.deps.keys.release([claim])
+                await item.message.settle(self.name, retry=True)
+                continue
+            metrics.DEADLETTERS.labels(reason).inc()
+            metrics.DELIVERIES.labels(self.name, "deadlettered").inc()
+            log.warning(
+                "notification dead-lettered",
+                extra={
+                    "channel": self.name,
+                    "event_id": item.event.event_id,
+                    "reason": reason,
+                    "detail": detail,
+                },
+            )
+            with contextlib.suppress(RedisError):
+                await self.deps.keys.mark_dead([self.deps.keys.key(item.event.event_id, self.name)], reason)
+            await item.message.settle(self.name, retry=False)

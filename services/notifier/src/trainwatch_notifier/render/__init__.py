@@ -1,0 +1,1 @@
+"""Pure renderers: facts in, channel-specific JSON bodies out."""

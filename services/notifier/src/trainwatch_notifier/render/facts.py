@@ -1,0 +1,254 @@
+"""What a message says, independent of the channel: the facts of one job event, or of a burst,
+in English or Chinese, plus the size-fitting every channel needs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_notifier.ruleset import Language
+
+PHASE_NAMES: dict[Language, dict[str, str]] = {
+    "en": {p.value: p.value for p in Phase},
+    "zh-CN": {
+        "Pending": "等待中",
+        "Running": "运行中",
+        "Restarting": "重启中",
+        "Suspended": "已暂停",
+        "Succeeded": "成功",
+        "Failed": "失败",
+        "Unknown": "未知",
+    },
+}
+
+LABELS: dict[Language, dict[str, str]] = {
+    "en": {
+        "cluster": "Cluster",
+        "namespace": "Namespace",
+        "kind": "Kind",
+        "name": "Name",
+        "phase": "Phase",
+        "reason": "Reason",
+        "message": "Message",
+        "duration": "Duration",
+        "replicas": "Replicas",
+        "restarts": "Restarts",
+        "owner": "Owner",
+        "open": "Open in dashboard",
+        "title": "{kind} {namespace}/{name} {phase}",
+        "digest_title": "{count} job updates in {seconds}s",
+        "digest_more": "…and {count} more",
+        "active": "active",
+        "succeeded": "succeeded",
+        "failed": "failed",
+        "finishing": "finishing",
+    },
+    "zh-CN": {
+        "cluster": "集群",
+        "namespace": "命名空间",
+        "kind": "类型",
+        "name": "名称",
+        "phase": "状态",
+        "reason": "原因",
+        "message": "信息",
+        "duration": "运行时长",
+        "replicas": "副本",
+        "restarts": "重启次数",
+        "owner": "负责人",
+        "open": "在控制台查看",
+        "title": "训练任务{phase}: {kind} {namespace}/{name}",
+        "digest_title": "{seconds} 秒内 {count} 个任务状态变化",
+        "digest_more": "……另有 {count} 个",
+        "active": "运行",
+        "succeeded": "成功",
+        "failed": "失败",
+        "finishing": "收尾中",
+    },
+}
+
+# Feishu card header templates; also used to pick emoji for plain-text channels.
+PHASE_COLOURS: dict[str, str] = {
+    "Failed": "red",
+    "Succeeded": "green",
+    "Restarting": "orange",
+    "Suspended": "grey",
+    "Running": "blue",
+    "Pending": "wathet",
+    "Unknown": "grey",
+}
+PHASE_ICONS: dict[str, str] = {
+    "Failed": "❌",
+    "Succeeded": "✅",
+    "Restarting": "🔁",
+    "Suspended": "⏸️",
+    "Running": "▶️",
+    "Pending": "⏳",
+    "Unknown": "❔",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Mention:
+    """Who to @: a display name and the channel-specific id (None: show the name only)."""
+
+    name: str
+    user_id: str | None
+    mobile: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    event: JobStatusEvent
+    cluster_name: str
+    link: str
+    language: Language
+    mention: Mention | None
+
+    def label(self, key: str) -> str:
+        return LABELS[self.language][key]
+
+    @property
+    def phase_name(self) -> str:
+        name = PHASE_NAMES[self.language][self.event.phase.value]
+        if self.event.phase in (Phase.SUCCEEDED, Phase.FAILED) and not self.event.terminal:
+            name += f" ({self.label('finishing')})"
+        return name
+
+    @property
+    def colour(self) -> str:
+        return PHASE_COLOURS[self.event.phase.value]
+
+    @property
+    def icon(self) -> str:
+        return PHASE_ICONS[self.event.phase.value]
+
+    def title(self) -> str:
+        job = self.event.job
+        return self.label("title").format(
+            kind=job.kind, namespace=job.namespace, name=job.name, phase=self.phase_name
+        )
+
+    def cluster_text(self) -> str:
+        cluster_id = self.event.job.cluster_id
+        return cluster_id if self.cluster_name in ("", cluster_id) else f"{self.cluster_name} ({cluster_id})"
+
+    def duration(self) -> str | None:
+        event = self.event
+        start = event.started_at or event.created_at
+        end = event.finished_at or event.observed_at
+        if start is None or end < start:
+            return None
+        return format_duration(end - start, self.language)
+
+    def replicas(self) -> str | None:
+        parts = []
+        for role, counts in sorted(self.event.replicas.items()):
+            numbers = [f"{self.label('active')} {counts.active}"]
+            if counts.succeeded:
+                numbers.append(f"{self.label('succeeded')} {counts.succeeded}")
+            if counts.failed:
+                numbers.append(f"{self.label('failed')} {counts.failed}")
+            desired = f"/{counts.desired}" if counts.desired is not None else ""
+            parts.append(f"{role}{desired}: {', '.join(numbers)}")
+        return "; ".join(parts) or None
+
+    def fields(self, *, message: str | None) -> list[tuple[str, str]]:
+        """(label, value) pairs in display order, empty values left out."""
+        job = self.event.job
+        rows = [
+            ("cluster", self.cluster_text()),
+            ("namespace", job.namespace),
+            ("kind", job.kind),
+            ("name", job.name),
+            ("phase", self.phase_name),
+            ("reason", self.event.reason or ""),
+            ("message", message or ""),
+            ("duration", self.duration() or ""),
+            ("replicas", self.replicas() or ""),
+            ("restarts", str(self.event.restart_count) if self.event.restart_count else ""),
+            ("owner", self.mention.name if self.mention else ""),
+        ]
+        return [(self.label(key), value) for key, value in rows if value]
+
+
+@dataclass(frozen=True, slots=True)
+class DigestFacts:
+    """A burst: many events for one channel collected over ``seconds``."""
+
+    items: Sequence[JobFacts]
+    seconds: int
+    language: Language
+    dashboard_url: str
+    max_listed: int
+
+    def label(self, key: str) -> str:
+        return LABELS[self.language][key]
+
+    def title(self) -> str:
+        return self.label("digest_title").format(count=len(self.items), seconds=self.seconds)
+
+    def summary(self) -> list[str]:
+        """One line per cluster: "prod-a: 180 Failed, 20 Succeeded"."""
+        per_cluster: dict[str, Counter[str]] = {}
+        for item in self.items:
+            per_cluster.setdefault(item.cluster_text(), Counter())[item.phase_name] += 1
+        return [
+            f"{cluster}: " + ", ".join(f"{count} {phase}" for phase, count in counts.most_common())
+            for cluster, counts in per_cluster.items()
+        ]
+
+    def listed(self) -> Sequence[JobFacts]:
+        return self.items[: self.max_listed]
+
+    def more(self) -> str | None:
+        rest = len(self.items) - self.max_listed
+        return self.label("digest_more").format(count=rest) if rest > 0 else None
+
+    def mentions(self) -> list[Mention]:
+        seen: dict[str, Mention] = {}
+        for item in self.items:
+            if item.mention and item.mention.user_id:
+                seen.setdefault(item.mention.user_id, item.mention)
+        return list(seen.values())
+
+
+def format_duration(delta: timedelta, language: Language) -> str:
+    seconds = int(delta.total_seconds())
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    units = ("d", "h", "m", "s") if language == "en" else ("天", "小时", "分", "秒")
+    parts = [
+        f"{value}{unit}" for value, unit in zip((days, hours, minutes, secs), units, strict=True) if value
+    ]
+    return (" " if language == "en" else "").join(parts[:3]) or f"0{units[3]}"
+
+
+def job_link(dashboard_url: str, event: JobStatusEvent) -> str:
+    return f"{dashboard_url.rstrip('/')}/jobs/{event.job.cluster_id}/{event.job.uid}"
+
+
+def fit(render: Callable[[str], int], message: str, limit: int) -> str:
+    """The longest prefix of ``message`` for which ``render(message)`` (a size) stays within ``limit``.
+
+    Sizes are whatever the channel limits (bytes of a Feishu body, characters of a Slack block);
+    the message is the only part that gets trimmed, with an ellipsis.
+    """
+    size = render(message)
+    if size <= limit:
+        return message
+    low, high = 0, len(message)
+    best = ""
+    while low <= high:  # binary search on the prefix length: sizes grow with it
+        middle = (low + high) // 2
+        candidate = message[:middle].rstrip() + "…" if middle else ""
+        if render(candidate) <= limit:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    if render(best) > limit:
+        raise ValueError(f"the message does not fit in {limit} even without its text")
+    return best

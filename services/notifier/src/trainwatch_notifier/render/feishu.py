@@ -1,0 +1,130 @@
+"""Feishu/Lark custom-bot bodies (reference §5.2, §5.3): text, post (rich text) and card 2.0.
+
+The signature fields (``timestamp``, ``sign``) are added by the channel at send time.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import orjson
+
+from trainwatch_notifier.render import text
+from trainwatch_notifier.render.facts import PHASE_COLOURS, DigestFacts, JobFacts, Mention, fit
+
+MAX_BODY_BYTES = 20 * 1024
+SIGNATURE_ROOM = 128  # "timestamp" and "sign" are added after rendering
+
+Body = dict[str, Any]
+
+
+def _size(body: Body) -> int:
+    return len(orjson.dumps(body)) + SIGNATURE_ROOM
+
+
+def _text_mention(mention: Mention | None) -> str:
+    if mention is None:
+        return ""
+    if mention.user_id is None:
+        return f"@{mention.name}"
+    return f'<at user_id="{mention.user_id}">{mention.name}</at>'
+
+
+def _card_mentions(mentions: list[Mention]) -> str:
+    return " ".join(f"<at id={m.user_id}></at>" if m.user_id else f"@{m.name}" for m in mentions)
+
+
+def _post_language(facts_language: str) -> str:
+    return "zh_cn" if facts_language == "zh-CN" else "en_us"
+
+
+def _card(title: str, colour: str, markdown: str, link: str, button: str) -> Body:
+    return {
+        "msg_type": "interactive",
+        "card": {
+            "schema": "2.0",
+            "config": {"update_multi": True},
+            "header": {"title": {"tag": "plain_text", "content": title}, "template": colour},
+            "body": {
+                "elements": [
+                    {"tag": "markdown", "content": markdown},
+                    {
+                        "tag": "button",
+                        "text": {"tag": "plain_text", "content": button},
+                        "type": "primary",
+                        "behaviors": [{"type": "open_url", "default_url": link}],
+                    },
+                ]
+            },
+        },
+    }
+
+
+def _render_one(facts: JobFacts, body_format: str, message: str) -> Body:
+    if body_format == "text":
+        content = text.plain(facts, message, mention=_text_mention(facts.mention))
+        return {"msg_type": "text", "content": {"text": content}}
+    if body_format == "post":
+        paragraphs: list[list[dict[str, Any]]] = [
+            [{"tag": "text", "text": f"{label}: {value}"}] for label, value in facts.fields(message=message)
+        ]
+        paragraphs.append([{"tag": "a", "text": facts.label("open"), "href": facts.link}])
+        if facts.mention and facts.mention.user_id:
+            paragraphs.append(
+                [{"tag": "at", "user_id": facts.mention.user_id, "user_name": facts.mention.name}]
+            )
+        post = {
+            _post_language(facts.language): {"title": f"{facts.icon} {facts.title()}", "content": paragraphs}
+        }
+        return {"msg_type": "post", "content": {"post": post}}
+    mention = _card_mentions([facts.mention]) if facts.mention else ""
+    markdown = text.markdown(facts, message, mention=mention, link=False)  # the button carries the link
+    return _card(f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"))
+
+
+def message_body(facts: JobFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
+    """One job's notification, its message trimmed so the signed body stays within the limit."""
+    message = fit(lambda m: _size(_render_one(facts, body_format, m)), facts.event.message or "", max_bytes)
+    return _render_one(facts, body_format, message)
+
+
+def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
+    phases = Counter(item.event.phase.value for item in digest.items)
+    colour = "red" if "Failed" in phases else PHASE_COLOURS[phases.most_common(1)[0][0]]
+    mentions = digest.mentions()
+    if body_format == "text":
+        mention_text = " ".join(_text_mention(m) for m in mentions)
+        body: Body = {
+            "msg_type": "text",
+            "content": {"text": text.digest_plain(digest, mentions=mention_text)},
+        }
+    elif body_format == "post":
+        paragraphs: list[list[dict[str, Any]]] = [
+            [{"tag": "text", "text": line}] for line in digest.summary()
+        ]
+        for item in digest.listed():
+            job = item.event.job
+            reason = f" — {item.event.reason}" if item.event.reason else ""
+            paragraphs.append(
+                [
+                    {"tag": "text", "text": f"{item.icon} "},
+                    {"tag": "a", "text": f"{job.namespace}/{job.name}", "href": item.link},
+                    {"tag": "text", "text": f" ({job.kind}) {item.phase_name}{reason}"},
+                ]
+            )
+        more = digest.more()
+        if more:
+            paragraphs.append([{"tag": "text", "text": more}])
+        paragraphs.append([{"tag": "a", "text": digest.label("open"), "href": digest.dashboard_url}])
+        paragraphs += [
+            [{"tag": "at", "user_id": m.user_id, "user_name": m.name}] for m in mentions if m.user_id
+        ]
+        post = {_post_language(digest.language): {"title": digest.title(), "content": paragraphs}}
+        body = {"msg_type": "post", "content": {"post": post}}
+    else:
+        markdown = text.digest_markdown(digest, mentions=_card_mentions(mentions))
+        body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
+    if _size(body) > max_bytes:
+        raise ValueError("digest body too large; lower digest.max_listed")
+    return body

@@ -1,0 +1,139 @@
+"""Test helpers for the notifier: job events, publishing, rules, settings, a running notifier."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import Header
+
+from trainwatch_common import (
+    JobRef,
+    JobStatusEvent,
+    Phase,
+    ReplicaCounts,
+    job_event_id,
+    job_subject,
+    wrap_job_event,
+)
+from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.settings import NotifierSettings
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def make_event(
+    *,
+    cluster_id: str = "alpha",
+    namespace: str = "team-a",
+    name: str = "train-1",
+    uid: str | None = None,
+    kind: str = "PyTorchJob",
+    kind_key: str = "pytorchjob",
+    phase: Phase = Phase.FAILED,
+    terminal: bool | None = None,
+    sequence: int = 3,
+    epoch: int = 1,
+    owner: str | None = None,
+    labels: dict[str, str] | None = None,
+    message: str | None = "Job train-1 has failed because it has reached the specified backoff limit",
+    reason: str | None = "BackoffLimitExceeded",
+    change: str = "transition",
+) -> JobStatusEvent:
+    uid = uid or f"uid-{name}"
+    if terminal is None:
+        terminal = phase in (Phase.FAILED, Phase.SUCCEEDED)
+    return JobStatusEvent(
+        event_id=job_event_id(cluster_id, uid, sequence),
+        change=change,  # type: ignore[arg-type]
+        sequence=sequence,
+        epoch=epoch,
+        job=JobRef(
+            cluster_id=cluster_id, api_version="kubeflow.org/v1", kind=kind, kind_key=kind_key,
+            namespace=namespace, name=name, uid=uid, resource_version="42",
+        ),
+        phase=phase,
+        terminal=terminal,
+        reason=reason,
+        message=message,
+        replicas={
+            "Master": ReplicaCounts(desired=1, active=0, failed=1),
+            "Worker": ReplicaCounts(desired=3, active=3),
+        },
+        started_at=T0,
+        finished_at=T0 + timedelta(hours=1, minutes=2, seconds=3),
+        observed_at=T0 + timedelta(hours=1, minutes=2, seconds=4),
+        labels=labels or {},
+        owner=owner,
+    )  # fmt: skip
+
+
+async def publish(js: JetStreamContext, event: JobStatusEvent, *, msg_id: str | None = None) -> None:
+    job = event.job
+    subject = job_subject(
+        cluster_id=job.cluster_id, namespace=job.namespace, kind_key=job.kind_key, name=job.name
+    )
+    await js.publish(
+        subject, wrap_job_event(event).to_json(), headers={Header.MSG_ID: msg_id or event.event_id}
+    )
+
+
+def feishu_rules(url: str, *, extra: str = "", channel_extra: str = "", secret: str = "demo") -> str:
+    """A ruleset with one Feishu card channel and a rule sending every default phase to it."""
+    return f"""
+channels:
+  ml-feishu:
+    type: feishu
+    url: {url}
+    secret: {secret}
+    format: card
+{channel_extra}
+owners:
+  alice: {{feishu: ou_alice, slack: U_ALICE, name: Alice}}
+rules:
+  - name: everything
+    channels: [ml-feishu]
+{extra}
+"""
+
+
+def settings_for(*, nats_url: str, redis_url: str, rules_file: Path, **overrides: Any) -> NotifierSettings:
+    values: dict[str, Any] = {
+        "nats_url": nats_url,
+        "redis_url": redis_url,
+        "rules_file": rules_file,
+        "rules_poll_seconds": 0.05,
+        "http_port": 0,
+        "dashboard_url": "https://dash.example.com",
+        "retry_base_seconds": 0.05,
+        "retry_cap_seconds": 0.2,
+        "retry_max_seconds": 2.0,
+        "shutdown_grace_seconds": 2.0,
+        "instance_id": "test-notifier",
+    }
+    values.update(overrides)
+    return NotifierSettings(**values)
+
+
+@contextlib.asynccontextmanager
+async def running(notifier: Notifier) -> AsyncIterator[Notifier]:
+    """Run a notifier as a named task until the block ends (then stop it gracefully)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(notifier.run(stop), name="test-notifier")
+    ready = asyncio.create_task(notifier.ready.wait(), name="test-notifier-ready")
+    done, _ = await asyncio.wait({task, ready}, timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    if ready not in done:
+        ready.cancel()
+        if task in done:
+            task.result()  # surface the start-up error
+        raise AssertionError("notifier not ready in 20 s")
+    try:
+        yield notifier
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)

@@ -1,0 +1,83 @@
+"""A burst becomes digests, within the bot's documented rate limits, and every event is acked."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from nats.js import JetStreamContext
+from notifier_support import feishu_rules, make_event, publish, running, settings_for
+
+from trainwatch_common import Phase
+from trainwatch_common.testing import eventually
+from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.sink import FeishuSink
+
+
+def max_in_window(times: list[float], window: float) -> int:
+    return max(sum(1 for t in times if start <= t < start + window) for start in times)
+
+
+async def test_two_hundred_failures_in_a_minute_become_digests(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    # The sink enforces Feishu's 5/s and 100/min: any excess would be answered with 11232.
+    digest = "    digest: {threshold: 10, window_seconds: 60, hold_seconds: 1.0, max_listed: 10}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=digest))
+    async with running(Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))):
+        await publish(js, make_event(name="first"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the first failure, on its own")
+        for index in range(200):
+            await publish(js, make_event(name=f"flood-{index:03d}", uid=f"uid-{index}"))
+
+        def covered() -> int:
+            total = 0
+            for received in feishu_sink.received:
+                title = received.body["card"]["header"]["title"]["content"]
+                match = re.match(r"(\d+) job updates", title)
+                total += int(match.group(1)) if match else 1
+            return total
+
+        await eventually(lambda: covered() == 201, timeout=20, message="all 201 failures told")
+
+        async def acked() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(acked, message="every event acked")
+    titles = [r.body["card"]["header"]["title"]["content"] for r in feishu_sink.received]
+    digests = [t for t in titles if "job updates" in t]
+    assert 1 <= len(digests) <= 10, titles  # typically 1 (a loaded machine publishes slower)
+    assert len(titles) <= 20, titles  # instead of 201 messages (typically 6)
+    assert feishu_sink.answers.get(11232, 0) == 0  # never over the bot's limits
+    times = [r.received_at for r in feishu_sink.received]
+    assert max_in_window(times, 1.0) <= 5
+    digest_markdown = next(
+        r.body["card"]["body"]["elements"][0]["content"]
+        for r in feishu_sink.received
+        if "job updates" in r.body["card"]["header"]["title"]["content"]
+    )
+    assert "alpha: " in digest_markdown
+    assert "Failed" in digest_markdown
+    assert "more" in digest_markdown
+
+
+async def test_a_quiet_channel_sends_one_message_per_event(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    async with running(Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))):
+        for index, phase in enumerate((Phase.RESTARTING, Phase.SUSPENDED, Phase.SUCCEEDED)):
+            await publish(js, make_event(phase=phase, sequence=index + 1))
+        await eventually(lambda: len(feishu_sink.received) == 3)
+    colours = [r.body["card"]["header"]["template"] for r in feishu_sink.received]
+    assert colours == ["orange", "grey", "green"]
