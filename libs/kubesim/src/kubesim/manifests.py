@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import zlib
-
 from typing import Any
 
 from kubesim.kinds import KindSpec
