@@ -1,0 +1,1 @@
+"""The registry's HTTP API (FastAPI): routes, dependencies and error mapping."""

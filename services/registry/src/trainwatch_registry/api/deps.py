@@ -1,0 +1,65 @@
+"""Dependencies of the routes: the registry's services and the caller's role."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from trainwatch_common.auth import ApiTokens, Role
+from trainwatch_registry.kubeconfig import SanitizedKubeconfig
+from trainwatch_registry.models import ConnectivityReport
+from trainwatch_registry.registrations import Registry
+from trainwatch_registry.settings import RegistrySettings
+
+ConnectivityCheck = Callable[[SanitizedKubeconfig], Awaitable[ConnectivityReport]]
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """What the lifespan builds and the routes use (kept on ``app.state.services``)."""
+
+    settings: RegistrySettings
+    registry: Registry
+    check_connectivity: ConnectivityCheck
+
+
+def get_services(request: Request) -> Services:
+    services: Services | None = getattr(request.app.state, "services", None)
+    if services is None:  # requests that arrive before start-up finished or after shutdown
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the registry is starting or stopping")
+    return services
+
+
+ServicesDep = Annotated[Services, Depends(get_services)]
+
+_bearer = HTTPBearer(auto_error=False, description="A token from TRAINWATCH_{ADMIN,VIEWER,WATCHER}_TOKENS")
+
+
+def _caller_role(required: Role) -> Callable[..., Awaitable[Role]]:
+    async def caller_role(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+    ) -> Role:
+        tokens: ApiTokens = request.app.state.tokens
+        role = tokens.role_of(credentials.credentials) if credentials is not None else None
+        if role is None:
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "a valid bearer token is required",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if not ApiTokens.allows(role, required):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN, f"this needs the {required.value} role; you are {role.value}"
+            )
+        return role
+
+    return caller_role
+
+
+AdminDep = Annotated[Role, Depends(_caller_role(Role.ADMIN))]
+ViewerDep = Annotated[Role, Depends(_caller_role(Role.VIEWER))]
+WatcherDep = Annotated[Role, Depends(_caller_role(Role.WATCHER))]

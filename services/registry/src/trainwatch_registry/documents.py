@@ -1,0 +1,147 @@
+"""Safe reading of a kubeconfig document, YAML or JSON, before anything looks at its meaning.
+
+Limits come first: the size is checked before parsing; YAML aliases are refused outright (a
+kubeconfig needs none, and aliases are how a "billion laughs" document explodes in memory);
+nesting depth and node count are bounded; duplicate keys are refused rather than silently
+resolved (two ``token:`` lines mean someone is confused, or something is being smuggled).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode
+
+MAX_DOCUMENT_BYTES = 1024 * 1024
+MAX_DEPTH = 32
+MAX_NODES = 50_000
+
+
+class DocumentRefused(ValueError):
+    """The text is not one safe YAML/JSON mapping; ``code`` names the problem for API clients."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+# libyaml's parser when available (several times faster); the constructor stays Python's SafeConstructor.
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _StrictSafeLoader(_BaseLoader):  # type: ignore[valid-type, misc]
+    """SafeLoader that refuses duplicate keys (aliases and size are refused before composing)."""
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            try:
+                duplicate = key in seen
+            except TypeError as exc:  # an unhashable key, e.g. a mapping used as a key
+                raise ConstructorError(
+                    None, None, "a mapping key must be a scalar", key_node.start_mark
+                ) from exc
+            if duplicate:
+                raise ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+            seen.add(key)
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+def _check_events(text: str) -> None:
+    """Walk the YAML event stream: no aliases, bounded depth and size, exactly one document."""
+    depth = nodes = documents = 0
+    for event in yaml.parse(text, Loader=_BaseLoader):
+        if isinstance(event, yaml.AliasEvent):
+            raise DocumentRefused("yaml_alias", "YAML aliases (*name) are not accepted in a kubeconfig")
+        if isinstance(event, yaml.DocumentStartEvent):
+            documents += 1
+            if documents > 1:
+                raise DocumentRefused("multiple_documents", "expected one YAML document, found several")
+        elif isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            nodes += 1
+            if depth > MAX_DEPTH:
+                raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        elif isinstance(event, yaml.ScalarEvent):
+            nodes += 1
+        if nodes > MAX_NODES:
+            raise DocumentRefused("too_many_nodes", f"the document has more than {MAX_NODES} nodes")
+
+
+def _load_json(text: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        result: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in result:
+                raise DocumentRefused("duplicate_key", f"invalid JSON: duplicate key {key!r}")
+            result[key] = value
+        return result
+
+    def no_constants(name: str) -> Any:
+        raise DocumentRefused("invalid_json", f"invalid JSON: {name} is not a JSON value")
+
+    try:
+        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
+    except json.JSONDecodeError as exc:
+        raise DocumentRefused("invalid_json", f"invalid JSON: {exc.msg} at line {exc.lineno}") from None
+    except RecursionError:
+        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels") from None
+
+
+def _load_yaml(text: str) -> Any:
+    try:
+        _check_events(text)
+        return yaml.load(text, Loader=_StrictSafeLoader)
+    except DocumentRefused:
+        raise
+    except ConstructorError as exc:
+        problem = exc.problem or "unsupported content"
+        code = "duplicate_key" if "duplicate key" in problem else "yaml_tag"
+        raise DocumentRefused(code, f"invalid YAML: {problem}{_where(exc)}") from None
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise DocumentRefused("invalid_yaml", f"invalid YAML: {problem}{_where(exc)}") from None
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _depth(value: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level + 1)
+    return level
+
+
+def load_mapping(text: str) -> dict[str, Any]:
+    """Parse a kubeconfig given as YAML or JSON into a mapping, or raise ``DocumentRefused``."""
+    size = len(text.encode("utf-8", errors="surrogatepass"))
+    if size > MAX_DOCUMENT_BYTES:
+        raise DocumentRefused("too_large", f"the kubeconfig is {size} bytes; the limit is 1 MiB")
+    if not text.strip():
+        raise DocumentRefused("empty", "the kubeconfig is empty")
+    if "\x00" in text:
+        raise DocumentRefused("binary", "the kubeconfig contains NUL bytes (binary data?)")
+    stripped = text.lstrip("\ufeff \t\r\n")
+    value = _load_json(stripped) if stripped.startswith(("{", "[")) else _load_yaml(text)
+    if not isinstance(value, dict):
+        kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
+        raise DocumentRefused("not_a_mapping", f"a kubeconfig is a single mapping, not {kind}")
+    if _depth(value) > MAX_DEPTH:
+        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
+    if not all(isinstance(key, str) for key in value):
+        raise DocumentRefused("not_a_mapping", "every top-level key of a kubeconfig is a string")
+    return value

@@ -1,0 +1,81 @@
+"""Consumes the watchers' cluster-health reports (clusters.v1.health.*) into ``cluster_health``.
+
+A durable pull consumer (REGISTRY_HEALTH_CONSUMER); messages are acked after the commit, so a
+crash re-delivers rather than loses. A report that cannot be parsed is counted and dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import UTC, datetime
+
+import nats.errors
+from nats.aio.msg import Msg
+from prometheus_client import Counter
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from trainwatch_common import ClusterHealth, ensure_consumer, parse_cluster_health
+from trainwatch_common.streams import REGISTRY_HEALTH_CONSUMER
+from trainwatch_registry import repository
+from trainwatch_registry.bus import Bus, reraise_if_cancelling
+
+log = logging.getLogger(__name__)
+
+HEALTH_RECEIVED = Counter("trainwatch_registry_health_reports_total", "Health reports received", ["outcome"])
+
+
+class HealthConsumer:
+    def __init__(self, *, engine: AsyncEngine, bus: Bus, batch: int = 100) -> None:
+        self._engine = engine
+        self._bus = bus
+        self._batch = batch
+
+    async def run(self) -> None:
+        while True:
+            await self._bus.ready.wait()
+            reraise_if_cancelling()
+            try:
+                await self._consume()
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                reraise_if_cancelling()
+                log.warning("health consumer interrupted; resubscribing", extra={"error": repr(exc)})
+                await asyncio.sleep(1.0)  # back-off before resubscribing, not a synchronisation
+
+    async def _consume(self) -> None:
+        js = self._bus.js
+        assert js is not None
+        await ensure_consumer(js, REGISTRY_HEALTH_CONSUMER)
+        durable = REGISTRY_HEALTH_CONSUMER.config.durable_name
+        subscription = await js.pull_subscribe_bind(durable=durable, stream=REGISTRY_HEALTH_CONSUMER.stream)
+        try:
+            while True:
+                reraise_if_cancelling()  # nats-py may have turned a cancellation into a timeout
+                try:
+                    messages = await subscription.fetch(self._batch, timeout=2)
+                except TimeoutError:  # nats-py raises asyncio.TimeoutError or its subclass
+                    continue
+                await self.handle(messages)
+        finally:
+            await subscription.unsubscribe()
+
+    async def handle(self, messages: list[Msg]) -> None:
+        reports: list[tuple[Msg, ClusterHealth]] = []
+        for message in messages:
+            try:
+                reports.append((message, parse_cluster_health(message.data)))
+            except ValidationError as exc:
+                HEALTH_RECEIVED.labels("malformed").inc()
+                log.warning(
+                    "dropping malformed health report",
+                    extra={"subject": message.subject, "error": str(exc)[:300]},
+                )
+                await message.term()
+        now = datetime.now(UTC)
+        async with self._engine.begin() as conn:
+            for _, report in reports:
+                newer = await repository.record_health(conn, report, received_at=now)
+                HEALTH_RECEIVED.labels("recorded" if newer else "stale").inc()
+        for message, _ in reports:
+            await message.ack()

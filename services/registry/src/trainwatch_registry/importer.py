@@ -1,0 +1,103 @@
+"""Import from disk: register every kubeconfig file of a folder, idempotently.
+
+The platform Trainwatch replaces kept one kubeconfig file per cluster in a folder. Each regular,
+non-hidden file becomes a cluster whose id is the file name without its extension (as a slug).
+Running the import again changes nothing unless a file changed; files are only read.
+- a new file registers a cluster (source "import:<file>");
+- a changed file updates its cluster's connection (one event, connection_changed=True);
+- a cluster registered or removed through the API is left alone: the operator's word wins;
+- a file that is not a safe kubeconfig is refused with its reasons, and nothing is written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+
+from pydantic import SecretStr, ValidationError
+
+from trainwatch_registry.documents import MAX_DOCUMENT_BYTES
+from trainwatch_registry.kubeconfig import KubeconfigRefused
+from trainwatch_registry.models import ClusterCreate, ClusterUpdate, ImportedFile, ImportReport
+from trainwatch_registry.registrations import ClusterConflict, Registry
+
+log = logging.getLogger(__name__)
+
+
+def cluster_id_for(path: Path) -> str:
+    stem = path.name.split(".")[0] if not path.name.startswith(".") else path.name
+    slug = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")
+    return slug[:63].rstrip("-")
+
+
+def _read(path: Path) -> str:
+    """The file's text; raises ValueError naming why it cannot be a kubeconfig."""
+    size = path.stat().st_size
+    if size > MAX_DOCUMENT_BYTES:
+        raise ValueError(f"the kubeconfig is {size} bytes; the limit is 1 MiB")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ValueError("the file is not UTF-8 text") from None
+
+
+def _files(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise FileNotFoundError(f"import folder {directory} does not exist")
+    return sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+async def import_file(registry: Registry, path: Path) -> ImportedFile:
+    cluster_id = cluster_id_for(path)
+    source = f"import:{path.name}"
+
+    def outcome(kind: str, *reasons: str) -> ImportedFile:
+        return ImportedFile(
+            file=path.name, cluster_id=cluster_id or None, outcome=kind, reasons=list(reasons)
+        )  # type: ignore[arg-type]
+
+    if not cluster_id:
+        return outcome("refused", "the file name gives no usable cluster id")
+    try:
+        text = await asyncio.to_thread(_read, path)
+    except (ValueError, OSError) as exc:
+        return outcome("refused", str(exc))
+    try:
+        sanitized = registry.intake(text, None)
+        existing = await registry.row(cluster_id, include_deleted=True)
+        if existing is None:
+            body = ClusterCreate(id=cluster_id, name=path.stem, kubeconfig=SecretStr(text))
+            await registry.create(body, source=source)
+            return outcome("registered")
+        if existing.deleted_at is not None:
+            return outcome("skipped", "removed through the API; add it again with `trainwatch clusters add`")
+        if existing.source != source:
+            return outcome("skipped", f"already registered ({existing.source}); not overwritten")
+        if (
+            existing.connection_fingerprint == sanitized.connection_fingerprint
+            and existing.context == sanitized.context
+        ):
+            return outcome("unchanged")
+        await registry.update(cluster_id, ClusterUpdate(kubeconfig=SecretStr(text)))
+        return outcome("updated")
+    except KubeconfigRefused as exc:
+        return outcome("refused", *(r.message for r in exc.refusals))
+    except ValidationError as exc:
+        return outcome("refused", *(str(e["msg"]) for e in exc.errors()))
+    except ClusterConflict as exc:  # another replica imported it at the same moment
+        return outcome("skipped", str(exc))
+
+
+async def import_directory(registry: Registry, directory: Path) -> ImportReport:
+    files = await asyncio.to_thread(_files, directory)
+    results = [await import_file(registry, path) for path in files]
+    summary = {
+        kind: sum(1 for r in results if r.outcome == kind) for kind in ("registered", "updated", "refused")
+    }
+    log.info("imported kubeconfig folder", extra={"directory": str(directory), **summary})
+    for result in results:
+        if result.outcome == "refused":
+            log.warning("refused kubeconfig file", extra={"file": result.file, "reasons": result.reasons})
+    return ImportReport(directory=str(directory), files=results)

@@ -1,0 +1,15 @@
+"""Alembic environment: always handed a live connection by ``upgrade_to_head``."""
+
+from __future__ import annotations
+
+from alembic import context
+
+from trainwatch_registry.tables import metadata
+
+connection = context.config.attributes.get("connection")
+if connection is None:
+    raise RuntimeError("run migrations through trainwatch_registry.migrations.upgrade_to_head")
+
+context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+with context.begin_transaction():
+    context.run_migrations()
