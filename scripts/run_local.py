@@ -35,7 +35,7 @@ from trainwatch_common.testing.servers import NatsServer, RedisServer
 ROOT = Path(__file__).resolve().parents[1]
 RUN_DIR = Path(os.environ.get("TRAINWATCH_RUN_DIR", ROOT / ".run"))
 COLOURS = ["36", "32", "33", "35", "34", "31", "96", "92", "93", "95"]
-GRACE_SECONDS = 10.0
+GRACE_SECONDS = 15.0
 
 
 def port_or_free(preferred: int) -> int:
@@ -91,21 +91,21 @@ class Launcher:
         sys.stdout.write(f"{prefix}exited with {code}\n")
 
     async def stop_all(self) -> None:
+        """SIGTERM each child in reverse start order and wait for it: producers (kubesim, watchers)
+        stop before consumers, and the local Feishu sink last, so in-flight work can finish."""
         for child in reversed(self.children):
-            if child.process and child.process.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + GRACE_SECONDS
-        for child in reversed(self.children):
-            if child.process is None:
+            process = child.process
+            if process is None or process.returncode is not None:
                 continue
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
             try:
-                await asyncio.wait_for(child.process.wait(), max(0.1, deadline - time.monotonic()))
+                await asyncio.wait_for(process.wait(), GRACE_SECONDS)
             except TimeoutError:
                 print(f"{child.name} did not stop in {GRACE_SECONDS:.0f}s: killing it", flush=True)
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.process.pid, signal.SIGKILL)
-                await child.process.wait()
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
 
 
 async def stop_when_any_exits(launcher: Launcher, stop: asyncio.Event) -> None:
@@ -137,7 +137,7 @@ async def wait_http(url: str, *, timeout: float = 60.0) -> None:
 async def wait_files(folder: Path, count: int, *, timeout: float = 60.0) -> list[Path]:
     deadline = time.monotonic() + timeout
     while True:
-        found = sorted(folder.glob("*.yaml")) if folder.exists() else []
+        found = sorted(folder.glob("*.kubeconfig")) if folder.exists() else []
         if len(found) >= count:
             return found
         if time.monotonic() > deadline:

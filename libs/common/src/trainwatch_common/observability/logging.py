@@ -14,7 +14,13 @@ from typing import Any
 
 import orjson
 
-_STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {"message", "asctime", "taskName"}
+# color_message: uvicorn's ANSI-coloured copy of the message.
+_STANDARD_ATTRS = frozenset(vars(logging.makeLogRecord({})).keys()) | {
+    "message",
+    "asctime",
+    "taskName",
+    "color_message",
+}
 
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]+"),
