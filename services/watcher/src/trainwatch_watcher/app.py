@@ -1,0 +1,158 @@
+"""The composition root: settings → NATS, Redis, publisher, state, supervisor, feed, health server.
+
+``WatcherApp.run(stop)`` runs until ``stop`` is set (SIGTERM/SIGINT in ``run``), then stops
+every cluster, drains NATS and closes Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+
+import nats
+from nats.aio.client import Client as NatsClient
+from redis.asyncio import BlockingConnectionPool, Redis
+from starlette.applications import Starlette
+
+from trainwatch_common.events.clusters import ClusterSpec
+from trainwatch_common.observability.health import HealthServer, health_routes
+from trainwatch_common.observability.logging import configure_logging
+from trainwatch_common.streams import ensure_streams
+from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
+from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
+from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
+from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.metrics import WatcherMetrics
+from trainwatch_watcher.publishing import Publisher
+from trainwatch_watcher.settings import WatcherSettings
+from trainwatch_watcher.state import StateStore
+from trainwatch_watcher.supervisor import ClusterSupervisor
+
+log = logging.getLogger(__name__)
+
+
+def default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+class WatcherApp:
+    """One watcher replica. ``connections`` and ``feed`` are injected by tests; by default they
+    come from settings (the registry, or a kubeconfig folder)."""
+
+    def __init__(
+        self,
+        settings: WatcherSettings,
+        *,
+        connections: ConnectionSource | None = None,
+        feed_factory: Callable[[NatsClient], ClusterFeed] | None = None,
+        metrics: WatcherMetrics | None = None,
+    ) -> None:
+        self.settings = settings
+        self.instance_id = settings.instance_id or default_instance_id()
+        self.metrics = metrics or WatcherMetrics()
+        self._connections = connections
+        self._feed_factory = feed_factory
+        self.supervisor: ClusterSupervisor | None = None
+        self.health_server: HealthServer | None = None
+        self.ready = asyncio.Event()
+
+    def _default_connections(self) -> ConnectionSource:
+        s = self.settings
+        if s.registry_url:
+            return RegistryConnections(s.registry_url, s.watcher_token)
+        if s.kubeconfig_dir:
+            return KubeconfigFolder(s.kubeconfig_dir)
+        raise ValueError("set TRAINWATCH_REGISTRY_URL or TRAINWATCH_KUBECONFIG_DIR")
+
+    def _default_feed(self, nc: NatsClient) -> ClusterFeed:
+        s = self.settings
+        if s.registry_url is None and s.kubeconfig_dir is not None:
+            return FolderClusterFeed(KubeconfigFolder(s.kubeconfig_dir))
+        return NatsClusterFeed(nc, resync_interval=s.safety_resync_interval)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        s = self.settings
+        connections = self._connections or self._default_connections()
+        nc = await nats.connect(
+            servers=s.nats_servers(),
+            name=f"trainwatch-watcher {self.instance_id}",
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+        )
+        # A blocking pool: thousands of informers share a bounded number of connections and
+        # wait for one instead of failing with "Too many connections".
+        redis_pool = BlockingConnectionPool.from_url(s.redis_url, max_connections=s.redis_max_connections)
+        redis = Redis(connection_pool=redis_pool)
+        try:
+            await ensure_streams(nc.jetstream())
+            store = StateStore(redis)
+            deps = WorkerDeps(
+                connections=connections,
+                store=store,
+                publisher=Publisher(nc, ack_timeout=s.publish_ack_timeout, metrics=self.metrics),
+                health=HealthPublisher(nc),
+                metrics=self.metrics,
+                settings=s,
+                owner=self.instance_id,
+            )
+
+            def make_worker(spec: ClusterSpec, epoch: int) -> ClusterWorker:
+                return ClusterWorker(spec, epoch=epoch, deps=deps)
+
+            supervisor = ClusterSupervisor(make_worker, forget_state=store.delete_cluster)
+            self.supervisor = supervisor
+            feed = (self._feed_factory or self._default_feed)(nc)
+
+            async def apply(desired: dict[str, ClusterSpec]) -> None:
+                await supervisor.reconcile(desired, epoch=0)
+                self.metrics.clusters_watched.set(len(supervisor.workers))
+                self.ready.set()
+
+            async def ready_check() -> bool:
+                return nc.is_connected and bool(await redis.ping()) and self.ready.is_set()
+
+            app = Starlette(routes=health_routes({"ready": ready_check}, registry=self.metrics.registry))
+            self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
+            try:
+                async with asyncio.TaskGroup() as group:
+                    group.create_task(self.health_server.serve(), name="watcher health server")
+                    feed_task = group.create_task(feed.run(apply), name="watcher cluster feed")
+                    await stop.wait()
+                    feed_task.cancel()
+                    for task in list(group._tasks):
+                        task.cancel()
+            finally:
+                log.info("stopping clusters")
+                await supervisor.stop_all()
+                log.info("clusters stopped")
+                if isinstance(connections, RegistryConnections):
+                    await connections.close()
+        finally:
+            log.info("draining nats")
+            try:
+                await nc.drain()
+            except Exception:  # already closed or never connected
+                await nc.close()
+            await redis.aclose()
+            await redis_pool.disconnect()  # a pool we passed in is ours to close
+
+
+def run(settings: WatcherSettings | None = None) -> None:
+    settings = settings or WatcherSettings()
+    configure_logging(service="watcher", level=settings.log_level, fmt=settings.log_format)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        app = WatcherApp(settings)
+        log.info("watcher starting", extra={"instance": app.instance_id})
+        await app.run(stop)
+        log.info("watcher stopped")
+
+    asyncio.run(main())

@@ -1,0 +1,270 @@
+"""Everything one cluster needs: its connection, discovery, its informers and its health.
+
+A worker fetches the cluster's connection, builds one ``KubeClient`` (one aiohttp session with
+that cluster's CA), discovers the served job kinds and keeps one informer per (kind,
+namespace) running, rediscovering periodically (a CRD installed later is picked up, a removed
+one is stopped). Failures are retried with backoff and reported as health; they never leave
+this worker. A change of credentials is a new worker (the supervisor rebuilds); a change of
+watch options is applied here, restarting only the informers whose spec changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from trainwatch_common.events.clusters import ClusterHealth, ClusterSpec, WatchOptions
+from trainwatch_common.kinds import JobKind
+from trainwatch_watcher import errors
+from trainwatch_watcher.connections import ConnectionSource
+from trainwatch_watcher.discovery import served_kinds
+from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
+from trainwatch_watcher.kube.watching import Backoff
+from trainwatch_watcher.metrics import WatcherMetrics
+from trainwatch_watcher.publishing import Publisher
+from trainwatch_watcher.settings import WatcherSettings
+from trainwatch_watcher.state import StateStore
+from trainwatch_watcher.taskmap import TaskMap
+
+log = logging.getLogger(__name__)
+
+InformerKey = tuple[str, str]  # (kind key, namespace or "*")
+
+# Kind key → the kind key of its companion (read by the normalizer as ``related``).
+COMPANION_OF = {"trainjob": "jobset"}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerDeps:
+    connections: ConnectionSource
+    store: StateStore
+    publisher: Publisher
+    health: HealthPublisher
+    metrics: WatcherMetrics
+    settings: WatcherSettings
+    owner: str
+
+
+def informer_specs(
+    spec: ClusterSpec, served: dict[str, JobKind], *, epoch: int, owner: str
+) -> dict[InformerKey, InformerSpec]:
+    """The informers a cluster's options ask for, among the kinds it serves.
+
+    Each spec keeps only the options that change that informer's behaviour, so adding a kind or a
+    namespace leaves the other informers untouched.
+    """
+    options = spec.watch
+    namespaces: list[str | None] = [
+        ns for ns in options.include_namespaces if ns not in options.exclude_namespaces
+    ] or [None]
+    if options.include_namespaces and namespaces == [None]:
+        return {}  # every included namespace is also excluded
+    desired: dict[InformerKey, InformerSpec] = {}
+    for key, kind in sorted(served.items()):
+        if not options.watches_kind(key):
+            continue
+        for namespace in namespaces:
+            own_options = WatchOptions(
+                exclude_namespaces=options.exclude_namespaces if namespace is None else [],
+                owner_label=options.owner_label,
+                owner_annotation=options.owner_annotation,
+                selected_labels=options.selected_labels,
+            )
+            desired[(key, namespace or "*")] = InformerSpec(
+                spec.id,
+                kind,
+                namespace,
+                own_options,
+                epoch,
+                owner,
+                companion=served.get(COMPANION_OF.get(key, "")),
+            )
+    return desired
+
+
+class ClusterWorker:
+    def __init__(self, spec: ClusterSpec, *, epoch: int, deps: WorkerDeps) -> None:
+        self.spec = spec
+        self.epoch = epoch
+        self._deps = deps
+        self._settings = deps.settings
+        self._wake = asyncio.Event()
+        self.informers: dict[InformerKey, Informer] = {}
+        self.kinds_served: list[str] = []
+        self.reachable = False
+        self.last_error: str | None = None
+        self._last_reported: tuple[object, ...] | None = None
+        self._last_report_time = 0.0
+
+    # -- called by the supervisor -------------------------------------------------------------
+    def update(self, spec: ClusterSpec) -> None:
+        """Same connection, new options or metadata: applied on the next loop turn (at once)."""
+        self.spec = spec
+        self._wake.set()
+
+    def request_rediscovery(self) -> None:
+        self._wake.set()
+
+    def stopped(self) -> None:
+        with contextlib.suppress(KeyError):
+            self._deps.metrics.watch_lag.remove(self.spec.id)
+        self._deps.health.forget(self.spec.id)
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        backoff = Backoff(self._settings)
+        while True:
+            started = time.monotonic()
+            try:
+                await self._run_connected(backoff)
+            except errors.ClusterError as exc:
+                self.reachable = False
+                self.last_error = str(exc)
+                await self.report_health(force=True)
+                if time.monotonic() - started >= self._settings.backoff_reset_after:
+                    backoff.reset()
+                delay = backoff.next_delay()
+                log.info(
+                    "cluster unavailable; retrying",
+                    extra={"cluster": self.spec.id, "error": str(exc), "retry_in": round(delay, 2)},
+                )
+                await asyncio.sleep(delay)
+
+    async def _run_connected(self, backoff: Backoff) -> None:
+        connection = await self._deps.connections.fetch(self.spec.id)
+        access = load_kubeconfig(connection.kubeconfig)
+        client = KubeClient(access, timings=self._settings)
+        tasks: TaskMap[InformerKey, InformerSpec] = TaskMap(
+            lambda key, spec: self._run_informer(client, key, spec),
+            lambda key: f"informer {self.spec.id}/{key[0]}/{key[1]}",
+        )
+        try:
+            served = await served_kinds(client)
+            while True:
+                self.reachable = True
+                self.kinds_served = sorted(served)
+                if not served:
+                    self.last_error = "the cluster serves none of the job kinds"
+                elif (
+                    self.last_error == "the cluster serves none of the job kinds"
+                    or not self._informer_errors()
+                ):
+                    self.last_error = None
+                await tasks.reconcile(
+                    informer_specs(self.spec, served, epoch=self.epoch, owner=self._deps.owner)
+                )
+                await self.report_health()
+                served = await self._wait_and_rediscover(client, served, backoff)
+        finally:
+            await tasks.stop_all()
+            self.informers.clear()
+            await client.close()
+
+    async def _wait_and_rediscover(
+        self, client: KubeClient, served: dict[str, JobKind], backoff: Backoff
+    ) -> dict[str, JobKind]:
+        """Sleep until rediscovery is due (or someone wakes us), keeping health fresh meanwhile."""
+        deadline = time.monotonic() + self._settings.rediscovery_interval
+        tick = min(5.0, self._settings.health_interval, self._settings.rediscovery_interval)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(tick, remaining)):
+                    await self._wake.wait()
+            if self._wake.is_set():
+                self._wake.clear()
+                break
+            await self.report_health()
+        while True:
+            try:
+                found = await served_kinds(client)
+                backoff.reset()
+                return found
+            except errors.ClusterError as exc:
+                # Informers keep running on their own retries; only discovery waits.
+                self.reachable = False
+                self.last_error = str(exc)
+                await self.report_health()
+                await asyncio.sleep(backoff.next_delay())
+
+    async def _run_informer(self, client: KubeClient, key: InformerKey, spec: InformerSpec) -> None:
+        """Run one informer until cancelled. An unexpected failure (a bug, Redis down while it
+        loads its checkpoint) is logged and the informer starts again from its checkpoint after a
+        backoff: it never takes the cluster's other informers with it."""
+        backoff = Backoff(self._settings)
+        while True:
+            informer = Informer(
+                spec,
+                client=client,
+                store=self._deps.store,
+                publisher=self._deps.publisher,
+                metrics=self._deps.metrics,
+                timings=self._settings,
+                max_in_flight=self._settings.publish_max_in_flight,
+                on_kind_gone=self.request_rediscovery,
+            )
+            self.informers[key] = informer
+            started = time.monotonic()
+            try:
+                await informer.run()
+            except Exception as exc:  # the task boundary: logged, counted, restarted
+                log.exception("informer failed; restarting", extra={"cluster": self.spec.id, "kind": key[0]})
+                informer.status.last_error = f"{type(exc).__name__}: {exc}"[:300]
+                self._deps.metrics.reconnects.labels(key[0], type(exc).__name__).inc()
+            finally:
+                if self.informers.get(key) is informer and asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                    del self.informers[key]
+            if time.monotonic() - started >= self._settings.backoff_reset_after:
+                backoff.reset()
+            await asyncio.sleep(backoff.next_delay())
+
+    # -- health -------------------------------------------------------------------------------
+    def _informer_errors(self) -> list[str]:
+        return [i.status.last_error for i in self.informers.values() if i.status.last_error]
+
+    def watch_lag(self) -> float | None:
+        heard = [i.status.last_heard for i in self.informers.values()]
+        if not heard:
+            return None
+        if any(h is None for h in heard):
+            return None
+        now = time.monotonic()
+        return max(0.0, max(now - h for h in heard if h is not None))
+
+    def health(self) -> ClusterHealth:
+        informer_errors = self._informer_errors()
+        return ClusterHealth(
+            cluster_id=self.spec.id,
+            reachable=self.reachable,
+            kinds_served=self.kinds_served,
+            informers_running=len(self.informers),
+            last_error=self.last_error or (informer_errors[0] if informer_errors else None),
+            watch_lag_seconds=self.watch_lag(),
+            owner=self._deps.owner,
+            epoch=self.epoch,
+            observed_at=datetime.now(UTC),
+        )
+
+    async def report_health(self, *, force: bool = False) -> None:
+        health = self.health()
+        lag = health.watch_lag_seconds
+        if lag is not None:
+            self._deps.metrics.watch_lag.labels(self.spec.id).set(lag)
+        key = (health.reachable, tuple(health.kinds_served), health.informers_running, health.last_error)
+        now = time.monotonic()
+        if (
+            force
+            or key != self._last_reported
+            or now - self._last_report_time >= self._settings.health_interval
+        ):
+            self._last_reported = key
+            self._last_report_time = now
+            await self._deps.health.publish(health)

@@ -1,0 +1,65 @@
+"""The watcher's exceptions. Retry decisions go by class, never by message.
+
+::
+
+    WatcherError
+    ├── ClusterError                 something about one cluster; never stops another
+    │   ├── ConnectionUnavailable    the registry (or the kubeconfig folder) has no usable connection
+    │   ├── InvalidKubeconfig        the kubeconfig cannot be used (no server, bad PEM...)
+    │   ├── Unreachable              TCP/TLS/HTTP transport failure, timeout, 5xx
+    │   │   └── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   ├── Unauthorized             401 or 403: the credentials are refused
+    │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
+    │   └── ApiError                 any other non-2xx answer (carries the status code)
+    └── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+"""
+
+from __future__ import annotations
+
+
+class WatcherError(Exception):
+    """Base of every exception the watcher raises on purpose."""
+
+
+class ClusterError(WatcherError):
+    """A failure confined to one cluster."""
+
+
+class ConnectionUnavailable(ClusterError):
+    """No connection config could be obtained for the cluster."""
+
+
+class InvalidKubeconfig(ClusterError):
+    """The kubeconfig was obtained but cannot be used."""
+
+
+class Unreachable(ClusterError):
+    """The API server could not be reached or answered with a server error."""
+
+
+class WatchStalled(Unreachable):
+    """A watch stream was silent for longer than the read timeout (a silent partition)."""
+
+
+class Unauthorized(ClusterError):
+    """The API server refused the credentials (401) or the permissions (403)."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class KindNotServed(ClusterError):
+    """The API server does not serve the kind (404): the CRD is not installed or was removed."""
+
+
+class ApiError(ClusterError):
+    """Another non-2xx answer from the API server."""
+
+    def __init__(self, message: str, *, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class WatchExpired(WatcherError):
+    """410 Gone: the resourceVersion or continue token is too old; the informer relists."""

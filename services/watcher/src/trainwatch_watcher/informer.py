@@ -1,0 +1,389 @@
+"""One informer: list+watch one kind in one cluster (one namespace or all), emit transitions.
+
+The pipeline has two stages joined by a bounded queue, so publishing is asynchronous but never
+fire-and-forget:
+
+1. ``_consume`` reads raw events, normalizes them, decides what to emit (``transitions``),
+   hands each event to JetStream at once and enqueues a ``Commit`` (the pending publish and
+   the checkpoint change it makes);
+2. ``_commit`` takes commits in order, waits for each acknowledgement (retrying with the same
+   Nats-Msg-Id until it comes) and only then writes the checkpoint to Redis, batching writes.
+
+A full queue stops the consumer (back-pressure); nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from trainwatch_common.events.clusters import WatchOptions
+from trainwatch_common.events.envelope import wrap_job_event
+from trainwatch_common.kinds import JobKind
+from trainwatch_watcher import errors, job_events, transitions
+from trainwatch_watcher.kinds.catalog import normalize_object
+from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
+from trainwatch_watcher.kube.client import KubeClient
+from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
+from trainwatch_watcher.metrics import WatcherMetrics
+from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
+from trainwatch_watcher.settings import WatchTimings
+from trainwatch_watcher.state import ALL_NAMESPACES, JobRecord, StateStore, StateWrite, trim
+
+log = logging.getLogger(__name__)
+
+# Events that change nothing but the resourceVersion are checkpointed once per this many.
+RV_CHECKPOINT_EVERY = 500
+
+
+@dataclass(frozen=True, slots=True)
+class InformerSpec:
+    """Everything an informer's behaviour depends on: a change of any field restarts it."""
+
+    cluster_id: str
+    kind: JobKind
+    namespace: str | None
+    options: WatchOptions
+    epoch: int
+    owner: str
+    # A kind whose same-named object completes this kind's status (the JobSet of a TrainJob).
+    companion: JobKind | None = None
+
+    @property
+    def scope(self) -> str:
+        return self.namespace or ALL_NAMESPACES
+
+    @property
+    def name(self) -> str:
+        return f"informer {self.cluster_id}/{self.kind.key}/{self.scope}"
+
+    def in_scope(self, namespace: str) -> bool:
+        if self.namespace is not None and namespace != self.namespace:
+            return False
+        return self.options.watches_namespace(namespace)
+
+
+@dataclass(slots=True)
+class Commit:
+    pending: PendingPublish | None
+    write: StateWrite
+    emission: transitions.Emission | None = None
+
+
+class InformerStatus:
+    """What the cluster's health report reads: when the server was last heard, the last error."""
+
+    def __init__(self) -> None:
+        self.last_heard: float | None = None
+        self.last_error: str | None = None
+        self.synced = False
+
+
+class Informer(WatchHooks):
+    def __init__(
+        self,
+        spec: InformerSpec,
+        *,
+        client: KubeClient,
+        store: StateStore,
+        publisher: Publisher,
+        metrics: WatcherMetrics,
+        timings: WatchTimings,
+        max_in_flight: int = 1000,
+        on_kind_gone: Any = None,
+    ) -> None:
+        self.spec = spec
+        self._client = client
+        self._store = store
+        self._publisher = publisher
+        self._metrics = metrics
+        self._timings = timings
+        self._queue: asyncio.Queue[Commit] = asyncio.Queue(maxsize=max_in_flight)
+        self._records: dict[str, JobRecord] = {}
+        self._on_kind_gone = on_kind_gone
+        self.status = InformerStatus()
+        self._kind_label = spec.kind.key
+        self._idle_events = 0
+
+    # -- WatchHooks ---------------------------------------------------------------------------
+    def on_relist(self, reason: str) -> None:
+        self._metrics.relists.labels(self._kind_label, reason).inc()
+
+    def on_expired(self) -> None:
+        self._metrics.expired.labels(self._kind_label).inc()
+
+    def on_reconnect(self, error: BaseException) -> None:
+        self._metrics.reconnects.labels(self._kind_label, type(error).__name__).inc()
+        self.status.last_error = str(error)
+        if isinstance(error, errors.KindNotServed) and self._on_kind_gone is not None:
+            self._on_kind_gone()
+
+    def on_connected(self) -> None:
+        """Listed, or a watch resumed from the checkpoint: from here on we are current."""
+        self.status.last_heard = time.monotonic()
+        self.status.last_error = None
+        self.status.synced = True
+
+    # -- running ------------------------------------------------------------------------------
+    async def run(self) -> None:
+        spec = self.spec
+        checkpoint = await self._store.load(spec.cluster_id, spec.kind.key)
+        self._records = {
+            uid: record for uid, record in checkpoint.records.items() if self._belongs(record.slot.namespace)
+        }
+        self._metrics.cache_jobs.inc(len(self._records))
+        resume_from = checkpoint.resource_versions.get(spec.scope)
+        watcher = Watcher(
+            client=self._client,
+            target=WatchTarget(spec.kind, spec.namespace),
+            timings=self._timings,
+            resume_from=resume_from,
+            hooks=self,
+        )
+        self._metrics.informers_running.inc()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._commit(), name=f"{spec.name} commit")
+                await self._consume(watcher)
+        finally:
+            self._metrics.informers_running.dec()
+            self._metrics.cache_jobs.dec(len(self._records))
+
+    def _belongs(self, namespace: str) -> bool:
+        """Records of this informer's scope (another namespace's informer owns the others)."""
+        return self.spec.namespace is None or namespace == self.spec.namespace
+
+    async def _consume(self, watcher: Watcher) -> None:
+        kind_label = self._kind_label
+        received = self._metrics.events_received.labels(kind_label)
+        async for item in watcher.run_forever():
+            reraise_cancellation(None)  # third-party clients (nats-py) may have swallowed one
+            if isinstance(item, Progress):
+                self.status.last_heard = time.monotonic()
+                await self._queue.put(
+                    Commit(None, StateWrite(resource_versions={self.spec.scope: item.resource_version}))
+                )
+                continue
+            if isinstance(item, Synced):
+                self.status.last_heard = time.monotonic()
+                self.status.synced = True
+                await self._on_synced(item)
+                continue
+            received.inc()
+            # During a (re)list the checkpoint must not move: the list's rv comes with Synced.
+            await self._on_event(item, None if watcher.listing else watcher.resource_version)
+
+    async def _on_event(self, event: Mapping[str, Any], resource_version: str | None) -> None:
+        event_type = event.get("type")
+        obj = event.get("object")
+        try:
+            uid, namespace, name = _identity(obj)
+            if not self.spec.in_scope(namespace):
+                return
+            if is_owned_by_higher_level_job(obj):  # type: ignore[arg-type]
+                return
+            record = self._records.get(uid)
+            write = StateWrite()
+            if event_type == "DELETED":
+                status = self._normalize_or_none(obj, record)
+                emission = transitions.deleted(record.slot if record else None, status)
+                if record is not None:
+                    del self._records[uid]
+                    self._metrics.cache_jobs.dec()
+                    write.delete.add(uid)
+            elif event_type in ("ADDED", "MODIFIED"):
+                related = await self._companion(namespace, name, _resource_version(obj))
+                status = normalize_object(
+                    self.spec.kind,
+                    obj,  # type: ignore[arg-type]
+                    record.last if record else None,
+                    related=related,
+                )
+                emission = transitions.observe(
+                    record.slot if record else None, status, namespace=namespace, name=name
+                )
+                trimmed = trim(status)
+                if emission is not None:
+                    new = JobRecord(slot=emission.slot, last=trimmed)
+                elif record is not None and record.last != trimmed:
+                    new = JobRecord(slot=record.slot, last=trimmed)  # what the next normalization needs
+                else:
+                    new = None
+                if new is not None:
+                    if record is None:
+                        self._metrics.cache_jobs.inc()
+                    self._records[uid] = new
+                    write.put[uid] = new
+            else:
+                return
+        except MalformedObject as exc:
+            self._metrics.malformed_objects.labels(self._kind_label).inc()
+            log.warning(
+                "malformed object skipped",
+                extra={"cluster": self.spec.cluster_id, "kind": self._kind_label, "reason": str(exc)[:300]},
+            )
+            return
+        if emission is None and not write:
+            # Nothing to emit or remember: only the resourceVersion moved. Checkpoint it every so
+            # often rather than per event (a restart re-reads at most that many events, and
+            # re-emits none of them: their transitions are already recorded).
+            if resource_version:
+                self._idle_events += 1
+                if self._idle_events >= RV_CHECKPOINT_EVERY:
+                    await self._queue.put(
+                        Commit(None, StateWrite(resource_versions={self.spec.scope: resource_version}))
+                    )
+                    self._idle_events = 0
+            return
+        if resource_version:
+            write.resource_versions[self.spec.scope] = resource_version
+            self._idle_events = 0
+        pending = None
+        if emission is not None:
+            pending = await self._publish(emission, obj, _resource_version(obj) or "", uid=uid)
+        await self._queue.put(Commit(pending, write, emission))
+
+    async def _companion(
+        self, namespace: str, name: str, resource_version: str | None
+    ) -> dict[str, Any] | None:
+        """The companion object as it was when the job's status was written.
+
+        The controller writes the companion before it copies its status into the job, and both
+        share the cluster's resourceVersion sequence: an exact LIST at the job's resourceVersion
+        shows the companion the job's status was computed from, however late we process it.
+        Once that version is compacted away, the current companion is the best there is.
+        """
+        kind = self.spec.companion
+        if kind is None:
+            return None
+        path = f"{kind.api_path}/namespaces/{namespace}/{kind.plural}"
+        selector = {"fieldSelector": f"metadata.name={name}"}
+        try:
+            if resource_version:
+                try:
+                    listing = await self._client.get_json(
+                        path,
+                        {**selector, "resourceVersion": resource_version, "resourceVersionMatch": "Exact"},
+                    )
+                except errors.WatchExpired:
+                    listing = await self._client.get_json(path, selector)
+            else:
+                listing = await self._client.get_json(path, selector)
+        except errors.WatcherError:
+            return None  # absent or unreadable: normalize without it
+        items = listing.get("items")
+        if isinstance(items, list) and items and isinstance(items[0], dict):
+            return items[0]
+        return None
+
+    def _normalize_or_none(self, obj: Any, record: JobRecord | None) -> NormalizedStatus | None:
+        try:
+            return normalize_object(self.spec.kind, obj, record.last if record else None)
+        except MalformedObject:
+            return None
+
+    async def _on_synced(self, synced: Synced) -> None:
+        """After a (re)list: whatever we remember that the list did not contain is gone."""
+        gone = [uid for uid in self._records if uid not in synced.uids]
+        for uid in gone:
+            record = self._records.pop(uid)
+            self._metrics.cache_jobs.dec()
+            write = StateWrite(delete={uid})
+            pending = None
+            emission = None
+            if self.spec.in_scope(record.slot.namespace):
+                emission = transitions.deleted(record.slot, None)
+                if emission is not None:
+                    pending = await self._publish(emission, None, synced.resource_version, uid=uid)
+            # else: its namespace is no longer watched: forget it without claiming a deletion.
+            await self._queue.put(Commit(pending, write, emission))
+        await self._queue.put(
+            Commit(None, StateWrite(resource_versions={self.spec.scope: synced.resource_version}))
+        )
+
+    async def _publish(
+        self,
+        emission: transitions.Emission,
+        obj: Mapping[str, Any] | None,
+        resource_version: str,
+        *,
+        uid: str,
+    ) -> PendingPublish:
+        event = job_events.build_event(self.spec, emission, obj, resource_version, uid)
+        subject = job_events.subject_for(event)
+        return await self._publisher.submit(
+            subject=subject,
+            payload=wrap_job_event(event).to_json(),
+            msg_id=event.event_id,
+            kind_key=self._kind_label,
+        )
+
+    # -- committing ---------------------------------------------------------------------------
+    async def _commit(self) -> None:
+        """Acknowledgement first, checkpoint second; checkpoint writes batched."""
+        emitted = self._metrics.transitions_emitted
+        while True:
+            reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
+            batch = [await self._queue.get()]
+            write = StateWrite()
+            done = 0
+            # Confirm in order; whatever was queued while we waited for acknowledgements joins
+            # this batch, so under load one Redis write covers many events.
+            while done < len(batch):
+                commit = batch[done]
+                if commit.pending is not None:
+                    await self._publisher.confirm(commit.pending)
+                    if commit.emission is not None:
+                        emitted.labels(self._kind_label, commit.emission.change).inc()
+                write.merge(commit.write)
+                done += 1
+                while not self._queue.empty() and len(batch) < 1000:
+                    batch.append(self._queue.get_nowait())
+            await self._store_with_retry(write)
+            for _ in batch:
+                self._queue.task_done()
+
+    async def _store_with_retry(self, write: StateWrite) -> None:
+        delay = 0.05
+        while True:
+            try:
+                await self._store.apply(self.spec.cluster_id, self.spec.kind.key, write)
+                return
+            except Exception as exc:  # Redis down: the checkpoint waits; nothing newer is written first
+                reraise_cancellation(exc)
+                log.warning("checkpoint write failed; retrying", extra={"error": repr(exc)})
+                await asyncio.sleep(delay)
+                delay = min(5.0, delay * 2)
+
+    async def drain(self) -> None:
+        """Wait until everything handed to the commit stage is acknowledged and checkpointed."""
+        await self._queue.join()
+
+
+def _identity(obj: Any) -> tuple[str, str, str]:
+    if not isinstance(obj, Mapping):
+        raise MalformedObject("watch event without an object")
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, Mapping):
+        raise MalformedObject("object has no metadata mapping")
+    uid, namespace, name = metadata.get("uid"), metadata.get("namespace"), metadata.get("name")
+    if not (
+        isinstance(uid, str)
+        and uid
+        and isinstance(namespace, str)
+        and namespace
+        and isinstance(name, str)
+        and name
+    ):
+        raise MalformedObject("metadata.uid, .namespace or .name missing")
+    return uid, namespace, name
+
+
+def _resource_version(obj: Any) -> str | None:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    rv = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return rv if isinstance(rv, str) and rv else None

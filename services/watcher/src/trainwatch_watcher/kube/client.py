@@ -1,0 +1,237 @@
+"""One cluster's HTTP access: kubeconfig → TLS context + credentials → one aiohttp session.
+
+Kubeconfigs are resolved by the ``kubernetes`` package's own loader (``KubeConfigLoader``), so
+the server, CA, client certificate, token and basic-auth fields mean exactly what kubectl
+makes of them. The transport is aiohttp + orjson, chosen by measurement (see the README):
+one session per cluster, with an SSLContext trusting only that cluster's CA, TCP keepalive on
+every socket and a per-read timeout on watch streams so a silent partition is noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto
+import contextlib
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+import yaml
+
+from trainwatch_watcher import errors
+from trainwatch_watcher.settings import WatchTimings
+
+# A Status body is read only this far: enough for the message, never a flood.
+_MAX_ERROR_BODY = 64 * 1024
+
+# asyncio's TLS protocol gives every connection a 256 KiB read buffer (measured: 362 MB of RSS
+# for 1,000 idle TLS streams). A TLS record is at most 16 KiB, so 16 KiB loses nothing but the
+# memory; without this a watcher holding 4,000 idle watches would need well over 1 GB.
+TLS_READ_BUFFER = 16 * 1024
+
+
+def shrink_tls_read_buffer() -> None:
+    if asyncio.sslproto.SSLProtocol.max_size > TLS_READ_BUFFER:
+        asyncio.sslproto.SSLProtocol.max_size = TLS_READ_BUFFER
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterAccess:
+    """What it takes to talk to one API server. ``authorization`` is a secret: kept out of repr."""
+
+    server: str
+    ssl_context: ssl.SSLContext | None
+    authorization: str | None = field(default=None, repr=False)
+    tls_server_name: str | None = None
+
+
+def load_kubeconfig(text: str, *, context: str | None = None) -> ClusterAccess:
+    """Resolve a kubeconfig (YAML or JSON) with the ``kubernetes`` package's loader."""
+    from kubernetes.client import Configuration
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import KubeConfigLoader
+
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise errors.InvalidKubeconfig(f"kubeconfig is not YAML: {type(exc).__name__}") from None
+    if not isinstance(document, dict):
+        raise errors.InvalidKubeconfig("kubeconfig is not a mapping")
+    configuration = Configuration()
+    try:
+        KubeConfigLoader(config_dict=document, active_context=context).load_and_set(  # type: ignore[no-untyped-call]
+            configuration
+        )
+    except (ConfigException, ValueError, KeyError, TypeError) as exc:
+        # The loader's messages name fields, not secrets; keep only the exception type to be sure.
+        raise errors.InvalidKubeconfig(f"kubeconfig rejected by the loader ({type(exc).__name__})") from None
+    server = (configuration.host or "").rstrip("/")
+    if not server.startswith(("https://", "http://")):
+        raise errors.InvalidKubeconfig("kubeconfig has no http(s) server")
+    return ClusterAccess(
+        server=server,
+        ssl_context=_ssl_context(configuration) if server.startswith("https://") else None,
+        authorization=configuration.api_key.get("BearerToken") or None,
+        tls_server_name=getattr(configuration, "tls_server_name", None) or None,
+    )
+
+
+def _ssl_context(configuration: Any) -> ssl.SSLContext:
+    """Trust only the cluster's CA (or the system store when the kubeconfig names none)."""
+    try:
+        if configuration.ssl_ca_cert:
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+        else:
+            context = ssl.create_default_context()
+        if configuration.cert_file and configuration.key_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+    except (ssl.SSLError, OSError) as exc:
+        raise errors.InvalidKubeconfig(f"bad certificate data in kubeconfig ({type(exc).__name__})") from None
+    if configuration.verify_ssl is False:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def _keepalive_socket_factory(idle: int) -> Any:
+    """TCP keepalive on every connection, so a dead peer is noticed even between events."""
+
+    def factory(addr_info: tuple[Any, ...]) -> socket.socket:
+        family, type_, proto, _, _ = addr_info
+        sock = socket.socket(family=family, type=type_, proto=proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, max(1, idle // 3))
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, 3)
+        return sock
+
+    return factory
+
+
+class KubeClient:
+    """GET requests and watch streams against one API server, over one session."""
+
+    def __init__(self, access: ClusterAccess, *, timings: WatchTimings) -> None:
+        self._access = access
+        self._timings = timings
+        shrink_tls_read_buffer()
+        headers = {"Accept": "application/json", "User-Agent": "trainwatch-watcher"}
+        if access.authorization:
+            headers["Authorization"] = access.authorization
+        connector = aiohttp.TCPConnector(
+            ssl=access.ssl_context if access.ssl_context is not None else False,
+            limit=0,  # one stream per (kind, namespace) is held open; never queue behind them
+            socket_factory=_keepalive_socket_factory(timings.tcp_keepalive_idle),
+        )
+        self._session = aiohttp.ClientSession(
+            base_url=None,
+            headers=headers,
+            connector=connector,
+            json_serialize=lambda o: orjson.dumps(o).decode(),
+        )
+
+    @property
+    def server(self) -> str:
+        return self._access.server
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    def _request_kwargs(self) -> dict[str, Any]:
+        if self._access.tls_server_name:
+            return {"server_hostname": self._access.tls_server_name}
+        return {}
+
+    async def get_json(self, path: str, params: Mapping[str, str] | None = None) -> dict[str, Any]:
+        """GET a JSON object; non-2xx answers become the matching ``errors`` class."""
+        timeout = aiohttp.ClientTimeout(
+            total=self._timings.request_timeout, sock_connect=self._timings.connect_timeout
+        )
+        try:
+            async with self._session.get(
+                self._access.server + path, params=params, timeout=timeout, **self._request_kwargs()
+            ) as response:
+                if response.status >= 300:
+                    raise await _status_error(response, path)
+                body = await response.read()
+        except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
+            raise errors.Unreachable(f"GET {path}: {_describe(exc)}") from exc
+        value = orjson.loads(body)
+        if not isinstance(value, dict):
+            raise errors.ApiError(f"GET {path}: answer is not a JSON object", status=200)
+        return value
+
+    @contextlib.asynccontextmanager
+    async def stream_lines(self, path: str, params: Mapping[str, str]) -> AsyncIterator[AsyncIterator[bytes]]:
+        """Open a watch stream and iterate its newline-delimited JSON lines.
+
+        Every read must bring data within ``read_timeout``; a silence longer than that raises
+        ``WatchStalled`` (the server sends bookmarks well within it on a healthy connection).
+        """
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timings.connect_timeout, sock_read=self._timings.read_timeout
+        )
+        try:
+            async with self._session.get(
+                self._access.server + path, params=params, timeout=timeout, **self._request_kwargs()
+            ) as response:
+                if response.status >= 300:
+                    raise await _status_error(response, path)
+                yield _lines(response, path)
+        except errors.WatcherError:
+            raise
+        except aiohttp.ServerTimeoutError as exc:
+            raise errors.WatchStalled(f"watch {path}: no data for {self._timings.read_timeout:g}s") from exc
+        except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
+            raise errors.Unreachable(f"watch {path}: {_describe(exc)}") from exc
+
+
+async def _lines(response: aiohttp.ClientResponse, path: str) -> AsyncIterator[bytes]:
+    """Split the body into lines ourselves: aiohttp's readline refuses lines over 128 KB."""
+    buffer = b""
+    while True:
+        chunk = await response.content.readany()
+        if not chunk:
+            break
+        buffer += chunk
+        if b"\n" not in chunk:
+            continue
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            if line:
+                yield line
+    if buffer.strip():
+        yield buffer
+
+
+async def _status_error(response: aiohttp.ClientResponse, path: str) -> errors.WatcherError:
+    message = ""
+    with contextlib.suppress(Exception):
+        body = await response.content.read(_MAX_ERROR_BODY)
+        status = orjson.loads(body)
+        if isinstance(status, dict) and isinstance(status.get("message"), str):
+            message = status["message"][:300]
+    return error_for_status(response.status, f"{path}: HTTP {response.status} {message}".rstrip())
+
+
+def error_for_status(status: int, message: str) -> errors.WatcherError:
+    if status in (401, 403):
+        return errors.Unauthorized(message, status=status)
+    if status == 404:
+        return errors.KindNotServed(message)
+    if status == 410:
+        return errors.WatchExpired(message)
+    if status == 429 or status >= 500:
+        return errors.Unreachable(message)
+    return errors.ApiError(message, status=status)
+
+
+def _describe(exc: BaseException) -> str:
+    """A short cause without URLs' query strings or any header."""
+    text = str(exc).split("?")[0]
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__

@@ -1,0 +1,46 @@
+"""The watcher's settings, from TRAINWATCH_* environment variables."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+
+from trainwatch_common.settings import ServiceSettings
+
+
+class WatchTimings(ServiceSettings):
+    """Timings of the list/watch machinery; tests shorten them."""
+
+    watch_timeout_seconds: int = Field(
+        240, ge=1, description="Asked of the server: it ends a watch after this long (we then re-watch)"
+    )
+    read_timeout: float = Field(
+        90.0, gt=0, description="A watch silent this long is a silent partition: reconnect"
+    )
+    connect_timeout: float = Field(10.0, gt=0)
+    request_timeout: float = Field(60.0, gt=0, description="Whole-request timeout of LIST and discovery")
+    list_page_size: int = Field(500, ge=1)
+    backoff_initial: float = Field(1.0, gt=0)
+    backoff_max: float = Field(30.0, gt=0)
+    backoff_reset_after: float = Field(60.0, gt=0, description="A connection stable this long resets backoff")
+    rediscovery_interval: float = Field(60.0, gt=0, description="How often served kinds are re-read")
+    use_watch_list: bool = Field(
+        True, description="Use sendInitialEvents (WatchList) where the server has it"
+    )
+    tcp_keepalive_idle: int = Field(30, ge=1, description="Seconds of idle before TCP keepalive probes")
+
+
+class WatcherSettings(WatchTimings):
+    registry_url: str | None = Field(None, description="Registry base URL, for connection configs")
+    watcher_token: SecretStr | None = Field(None, description="Bearer token with the watcher role")
+    kubeconfig_dir: Path | None = Field(
+        None, description="Folder of <cluster-id>.yaml kubeconfigs: a static cluster set, no registry needed"
+    )
+    health_interval: float = Field(30.0, gt=0, description="Cluster health is re-published this often")
+    publish_ack_timeout: float = Field(5.0, gt=0)
+    publish_max_in_flight: int = Field(1000, ge=1, description="Unacknowledged publishes per informer")
+    redis_max_connections: int = Field(50, ge=1, description="Redis connections shared by all informers")
+    safety_resync_interval: float = Field(
+        300.0, gt=0, description="Re-read the desired cluster set this often"
+    )
