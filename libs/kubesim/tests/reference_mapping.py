@@ -121,9 +121,11 @@ class ReferenceNormalizer:
 
     def _volcano(self, st: dict[str, Any]) -> State:
         phase = (st.get("state") or {}).get("phase", "")
+        if phase == "Pending":
+            # No PodGroup is read here: pods exist only once the gang left Pending (Inqueue).
+            return ("Pending", "Scheduling", False) if st.get("pending") else ("Pending", "Queued", False)
         table: dict[str, State] = {
             "": ("Pending", "Created", False),
-            "Pending": ("Pending", "Queued", False),
             "Running": ("Running", None, False),
             "Restarting": ("Restarting", None, False),
             "Completing": ("Succeeded", "Finishing", False),

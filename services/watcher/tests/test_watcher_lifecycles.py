@@ -9,13 +9,7 @@ import kubesim
 from trainwatch_common.testing import eventually
 from trainwatch_watcher.state import state_key
 
-# kubesim's Volcano scenario records Queued for a Pending job that already has pending pods; the
-# normalizer (reference §2.5: no pods are created while the PodGroup is Pending) calls that
-# Scheduling. Reported to both owners; the watcher publishes what the normalizer says.
-VOLCANO_DISAGREEMENT = pytest.mark.xfail(reason="kubesim truth says Queued where pods exist", strict=False)
-KINDS = [
-    pytest.param(k, marks=VOLCANO_DISAGREEMENT) if k is kubesim.VOLCANO_JOB else k for k in kubesim.CATALOG
-]
+KINDS = list(kubesim.CATALOG)
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=lambda k: f"{k.kind}-{k.group or 'core'}-{k.version}")

@@ -209,20 +209,26 @@ async def volcano(run: JobRun, opts: Options) -> None:
         st["version"] += 1
         await run.write_status(state)
 
-    await phase("Pending", QUEUED, pending=3)
+    async def queued_then_scheduling() -> None:
+        # The controller creates pods only once the PodGroup leaves Pending (Inqueue): first no
+        # pods (Queued), then pending pods (Scheduling), as reference §2.5 describes.
+        await phase("Pending", QUEUED)
+        await phase("Pending", SCHEDULING, pending=3)
+
+    await queued_then_scheduling()
     await phase("Running", RUNNING, running=3)
     if opts.delete_while_running:
         return await run.delete()
     for _ in range(opts.restarts):
         st["retryCount"] += 1
         await phase("Restarting", RESTARTING, terminating=3)
-        await phase("Pending", QUEUED, pending=3)
+        await queued_then_scheduling()
         await phase("Running", RUNNING, running=3)
     if opts.suspend:
         await phase("Aborting", ABORTING, terminating=3)
         await phase("Aborted", SUSPENDED)
         await phase("Restarting", RESTARTING)
-        await phase("Pending", QUEUED, pending=3)
+        await queued_then_scheduling()
         await phase("Running", RUNNING, running=3)
     if opts.outcome == "succeeded":
         await phase("Completing", SUCCEEDING, succeeded=3, terminating=0)
