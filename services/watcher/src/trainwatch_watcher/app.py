@@ -22,6 +22,7 @@ from trainwatch_common.events.clusters import ClusterSpec
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
+from trainwatch_watcher.claims import ClaimLoop, ClaimMetrics
 from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
 from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
@@ -57,6 +58,7 @@ class WatcherApp:
         self._connections = connections
         self._feed_factory = feed_factory
         self.supervisor: ClusterSupervisor | None = None
+        self.claims: ClaimLoop | None = None
         self.health_server: HealthServer | None = None
         self.ready = asyncio.Event()
 
@@ -106,9 +108,38 @@ class WatcherApp:
             supervisor = ClusterSupervisor(make_worker, forget_state=store.delete_cluster)
             self.supervisor = supervisor
             feed = (self._feed_factory or self._default_feed)(nc)
+            specs: dict[str, ClusterSpec] = {}  # the desired clusters, whoever owns them
+
+            async def start_owned(cluster_id: str, epoch: int) -> None:
+                spec = specs.get(cluster_id)
+                if spec is not None:  # None: removed from the registry meanwhile
+                    await supervisor.start_cluster(spec, epoch=epoch)
+                self.metrics.clusters_watched.set(len(supervisor.workers))
+
+            async def stop_owned(cluster_id: str, reason: str) -> None:
+                log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
+                await supervisor.stop_cluster(cluster_id)  # returns once its checkpoint is written
+                self.metrics.clusters_watched.set(len(supervisor.workers))
+
+            claims = ClaimLoop(
+                redis, replica_id=self.instance_id, start_cluster=start_owned, stop_cluster=stop_owned,
+                ttl_ms=s.lease_ttl_ms, tick=s.claim_tick, prefix=s.redis_prefix,
+                metrics=ClaimMetrics(self.metrics.registry),
+            )  # fmt: skip
+            self.claims = claims
 
             async def apply(desired: dict[str, ClusterSpec]) -> None:
-                await supervisor.reconcile(desired, epoch=0)
+                """A new desired set: the owner forgets removed clusters, applies changed options or
+                credentials to what it owns, and the claim loop shares out the rest."""
+                removed = set(specs) - set(desired)
+                specs.clear()
+                specs.update(desired)
+                for cluster_id in removed & supervisor.cluster_ids():
+                    await supervisor.stop_cluster(cluster_id, forget_state=True)
+                owned = claims.owned()
+                for cluster_id in supervisor.cluster_ids() & set(desired):
+                    await supervisor.start_cluster(desired[cluster_id], epoch=owned.get(cluster_id, 0))
+                claims.set_desired(desired)
                 self.metrics.clusters_watched.set(len(supervisor.workers))
                 self.ready.set()
 
@@ -119,14 +150,19 @@ class WatcherApp:
             self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
                 async with asyncio.TaskGroup() as group:
-                    group.create_task(self.health_server.serve(), name="watcher health server")
-                    feed_task = group.create_task(feed.run(apply), name="watcher cluster feed")
+                    tasks = [
+                        group.create_task(self.health_server.serve(), name="watcher health server"),
+                        group.create_task(feed.run(apply), name="watcher cluster feed"),
+                        group.create_task(claims.run(), name="watcher claims"),
+                    ]
                     await stop.wait()
-                    feed_task.cancel()
-                    for task in list(group._tasks):
+                    for task in tasks:
                         task.cancel()
             finally:
+                # SIGTERM: stop every cluster (checkpoints written), then release the leases at
+                # once, so the other replicas take over within a claim tick, not a lease TTL.
                 log.info("stopping clusters")
+                await claims.release_all()
                 await supervisor.stop_all()
                 log.info("clusters stopped")
                 if isinstance(connections, RegistryConnections):

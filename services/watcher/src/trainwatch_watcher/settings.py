@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import Field, SecretStr
 
 from trainwatch_common.settings import ServiceSettings
+from trainwatch_watcher.claims import ClaimSettings
 
 
 class WatchTimings(ServiceSettings):
@@ -31,7 +32,7 @@ class WatchTimings(ServiceSettings):
     tcp_keepalive_idle: int = Field(30, ge=1, description="Seconds of idle before TCP keepalive probes")
 
 
-class WatcherSettings(WatchTimings):
+class WatcherSettings(WatchTimings, ClaimSettings):
     registry_url: str | None = Field(None, description="Registry base URL, for connection configs")
     watcher_token: SecretStr | None = Field(None, description="Bearer token with the watcher role")
     kubeconfig_dir: Path | None = Field(
