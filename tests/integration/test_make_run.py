@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -46,7 +47,9 @@ def test_make_run_comes_up_shows_live_jobs_and_stops_cleanly(tmp_path: Path) -> 
         wait_until(ready, timeout=120, message="the launcher's ready line")
         up_after = time.monotonic() - started
         text = log_path.read_text(errors="replace")
-        dashboard_url = text.split(READY_LINE, 1)[1].split()[0].strip("\x1b[0m")
+        found = re.search(re.escape(READY_LINE) + r"(http://[\d.]+:\d+)", text)
+        assert found, text[-2000:]
+        dashboard_url = found.group(1)
         assert httpx.get(f"{dashboard_url}/healthz", timeout=5).status_code == 200
 
         tokens = dict(line.split("=", 1) for line in (run_dir / "tokens.env").read_text().split())

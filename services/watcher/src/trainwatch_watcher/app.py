@@ -109,20 +109,27 @@ class WatcherApp:
             self.supervisor = supervisor
             feed = (self._feed_factory or self._default_feed)(nc)
             specs: dict[str, ClusterSpec] = {}  # the desired clusters, whoever owns them
+            # One change of the watched set at a time: apply() and the claim loop's callbacks both
+            # await between reading ownership and acting on it.
+            changing = asyncio.Lock()
 
             async def start_owned(cluster_id: str, epoch: int) -> None:
-                spec = specs.get(cluster_id)
-                if spec is not None:  # None: removed from the registry meanwhile
-                    await supervisor.start_cluster(spec, epoch=epoch)
-                self.metrics.clusters_watched.set(len(supervisor.workers))
+                async with changing:
+                    spec = specs.get(cluster_id)
+                    if spec is not None:  # None: removed from the registry meanwhile
+                        await supervisor.start_cluster(spec, epoch=epoch)
+                    self.metrics.clusters_watched.set(len(supervisor.workers))
 
             async def stop_owned(cluster_id: str, reason: str) -> None:
-                log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
-                await supervisor.stop_cluster(cluster_id)  # returns once its checkpoint is written
-                self.metrics.clusters_watched.set(len(supervisor.workers))
+                async with changing:
+                    log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
+                    await supervisor.stop_cluster(cluster_id)  # returns once its checkpoint is written
+                    self.metrics.clusters_watched.set(len(supervisor.workers))
 
+            # Its own small pool: lease renewals must never queue behind the informers' checkpoints.
+            claims_redis = Redis.from_url(s.redis_url, max_connections=4)
             claims = ClaimLoop(
-                redis, replica_id=self.instance_id, start_cluster=start_owned, stop_cluster=stop_owned,
+                claims_redis, replica_id=self.instance_id, start_cluster=start_owned, stop_cluster=stop_owned,
                 ttl_ms=s.lease_ttl_ms, tick=s.claim_tick, prefix=s.redis_prefix,
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
@@ -131,20 +138,23 @@ class WatcherApp:
             async def apply(desired: dict[str, ClusterSpec]) -> None:
                 """A new desired set: the owner forgets removed clusters, applies changed options or
                 credentials to what it owns, and the claim loop shares out the rest."""
-                removed = set(specs) - set(desired)
-                specs.clear()
-                specs.update(desired)
-                for cluster_id in removed & supervisor.cluster_ids():
-                    await supervisor.stop_cluster(cluster_id, forget_state=True)
-                owned = claims.owned()
-                for cluster_id in supervisor.cluster_ids() & set(desired):
-                    await supervisor.start_cluster(desired[cluster_id], epoch=owned.get(cluster_id, 0))
-                claims.set_desired(desired)
-                self.metrics.clusters_watched.set(len(supervisor.workers))
+                async with changing:
+                    removed = set(specs) - set(desired)
+                    specs.clear()
+                    specs.update(desired)
+                    for cluster_id in removed & supervisor.cluster_ids():
+                        await supervisor.stop_cluster(cluster_id, forget_state=True)
+                    for cluster_id, epoch in claims.owned().items():
+                        if cluster_id in desired and claims.holds(cluster_id, epoch):
+                            await supervisor.start_cluster(desired[cluster_id], epoch=epoch)
+                    claims.set_desired(desired)
+                    self.metrics.clusters_watched.set(len(supervisor.workers))
                 self.ready.set()
 
             async def ready_check() -> bool:
-                return nc.is_connected and bool(await redis.ping()) and self.ready.is_set()
+                return (
+                    nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
+                )
 
             app = Starlette(routes=health_routes({"ready": ready_check}, registry=self.metrics.registry))
             self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
@@ -164,6 +174,7 @@ class WatcherApp:
                 log.info("stopping clusters")
                 await claims.release_all()
                 await supervisor.stop_all()
+                await claims_redis.aclose()
                 log.info("clusters stopped")
                 if isinstance(connections, RegistryConnections):
                     await connections.close()

@@ -15,7 +15,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-import nats.errors
 from nats.aio.client import Client as NatsClient
 from nats.js.api import DeliverPolicy
 from pydantic import ValidationError
