@@ -183,11 +183,14 @@ async def run(clusters: int) -> None:
     feishu_secret = secrets.token_urlsafe(16)
     token_file = RUN_DIR / "tokens.env"
     token_file.touch(mode=0o600)
-    token_file.write_text(f"TRAINWATCH_API_TOKEN={admin_token}\nTRAINWATCH_VIEWER_TOKEN={viewer_token}\n")
     ports = {name: port_or_free(p) for name, p in
              [("dashboard", 8080), ("registry", 8081), ("persister", 8082), ("notifier", 8083),
               ("watcher-1", 8084), ("watcher-2", 8085), ("feishu-sink", 8090)]}  # fmt: skip
     registry_url = f"http://127.0.0.1:{ports['registry']}"
+    token_file.write_text(  # for the CLI: `set -a; . .run/tokens.env; set +a`
+        f"TRAINWATCH_API_URL={registry_url}\nTRAINWATCH_API_TOKEN={admin_token}\n"
+        f"TRAINWATCH_VIEWER_TOKEN={viewer_token}\n"
+    )
     query_url = f"http://127.0.0.1:{ports['persister']}"
     dashboard_url = f"http://127.0.0.1:{ports['dashboard']}"
     common = {
