@@ -338,6 +338,7 @@ def cache_rss(conn: Any, jobs: int) -> None:
     from trainwatch_common.kinds import PYTORCH_JOB
     from trainwatch_watcher import transitions
     from trainwatch_watcher.kinds.catalog import normalize_object
+    from trainwatch_watcher.kinds.kubeflow_v1 import decision_inputs
     from trainwatch_watcher.state import JobRecord, trim
 
     template = kubesim.manifest(kubesim.PYTORCHJOB, "job", "default")
@@ -360,7 +361,10 @@ def cache_rss(conn: Any, jobs: int) -> None:
         status = normalize_object(PYTORCH_JOB, decoded, None)
         emission = transitions.observe(None, status, namespace="default", name=decoded["metadata"]["name"])
         assert emission is not None
-        records[decoded["metadata"]["uid"]] = JobRecord(slot=emission.slot, last=trim(status))
+        # As the informer keeps it: with the decision inputs that let it skip normalizing.
+        records[decoded["metadata"]["uid"]] = JobRecord(
+            slot=emission.slot, last=trim(status), inputs=decision_inputs(decoded)
+        )
     build_s = time.process_time() - cpu0
     after = rss_mb()
     conn.send(
@@ -409,7 +413,10 @@ def main() -> None:
         sim_process, sim_conn = child(serve_stream, args.events, str(workdir / "sim"))
         kubeconfig, start_rv, _ = sim_conn.recv()
 
+        wall0 = time.perf_counter()
         lines = asyncio.run(fetch_raw_lines(kubeconfig, start_rv, args.events))
+        # The wire's own limit: kubesim serving this stream, read as raw lines (no decoding).
+        serve_rate = len(lines) / (time.perf_counter() - wall0)
         avg = sum(map(len, lines)) / len(lines)
         cpu, wall = bench_orjson(lines)
         rows.append(("orjson.loads of the same lines (ceiling)", cpu, wall))
@@ -426,7 +433,8 @@ def main() -> None:
         n = args.events
         print(
             f"\n{n:,} watch events, {avg / 1024:.2f} KB each on average; "
-            f"{int(full['published']):,} job events published by the full path\n"
+            f"{int(full['published']):,} job events published by the full path; kubesim serves the "
+            f"stream at {serve_rate:,.0f} events/s (raw lines read, nothing decoded)\n"
         )
         print("| consumer | events/s | CPU-s per 100k events |\n|---|---:|---:|")
         for name, cpu, wall in rows:

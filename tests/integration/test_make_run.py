@@ -41,6 +41,7 @@ def test_make_run_comes_up_shows_live_jobs_and_stops_cleanly(tmp_path: Path) -> 
             cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:
+
         def ready() -> bool:
             return READY_LINE in log_path.read_text(errors="replace")
 
@@ -53,6 +54,7 @@ def test_make_run_comes_up_shows_live_jobs_and_stops_cleanly(tmp_path: Path) -> 
         assert httpx.get(f"{dashboard_url}/healthz", timeout=5).status_code == 200
 
         tokens = dict(line.split("=", 1) for line in (run_dir / "tokens.env").read_text().split())
+
         def jobs_visible() -> bool:
             page = httpx.get(f"{dashboard_url}/jobs?lang=en", timeout=5)
             return page.status_code == 200 and 'data-key="' in page.text  # a job row

@@ -21,11 +21,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from prometheus_client import Counter
+
 from trainwatch_common.events.clusters import WatchOptions
-from trainwatch_common.events.envelope import wrap_job_event
 from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors, job_events, transitions
-from trainwatch_watcher.kinds.catalog import normalize_object
+from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
 from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
@@ -108,6 +109,8 @@ class Informer(WatchHooks):
         self.status = InformerStatus()
         self._kind_label = spec.kind.key
         self._idle_events = 0
+        # A companion changes the status without changing the job's own inputs: no shortcut then.
+        self._decision_inputs = decision_inputs_for(spec.kind) if spec.companion is None else None
 
     # -- WatchHooks ---------------------------------------------------------------------------
     def on_relist(self, reason: str) -> None:
@@ -160,8 +163,9 @@ class Informer(WatchHooks):
     async def _consume(self, watcher: Watcher) -> None:
         kind_label = self._kind_label
         received = self._metrics.events_received.labels(kind_label)
+        task = asyncio.current_task()  # looked up once: it is not cheap in Python 3.11
         async for item in watcher.run_forever():
-            reraise_cancellation(None)  # third-party clients (nats-py) may have swallowed one
+            reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
             if isinstance(item, Progress):
                 self.status.last_heard = time.monotonic()
                 await self._queue.put(
@@ -187,8 +191,16 @@ class Informer(WatchHooks):
             if is_owned_by_higher_level_job(obj):  # type: ignore[arg-type]
                 return
             record = self._records.get(uid)
-            write = StateWrite()
+            inputs = None
+            if event_type in ("ADDED", "MODIFIED") and self._decision_inputs is not None:
+                inputs = self._decision_inputs(obj)  # type: ignore[arg-type]
+                if inputs is not None and record is not None and record.inputs == inputs:
+                    # Same inputs as the last computed status: the same status again (a fixed
+                    # point, see kubeflow_v1.decision_inputs), so nothing to emit or remember.
+                    await self._unchanged(resource_version)
+                    return
             if event_type == "DELETED":
+                write = StateWrite()
                 status = self._normalize_or_none(obj, record)
                 emission = transitions.deleted(record.slot if record else None, status)
                 if record is not None:
@@ -196,28 +208,8 @@ class Informer(WatchHooks):
                     self._metrics.cache_jobs.dec()
                     write.delete.add(uid)
             elif event_type in ("ADDED", "MODIFIED"):
-                related = await self._companion(namespace, name, _resource_version(obj))
-                status = normalize_object(
-                    self.spec.kind,
-                    obj,  # type: ignore[arg-type]
-                    record.last if record else None,
-                    related=related,
-                )
-                emission = transitions.observe(
-                    record.slot if record else None, status, namespace=namespace, name=name
-                )
-                trimmed = trim(status)
-                if emission is not None:
-                    new = JobRecord(slot=emission.slot, last=trimmed)
-                elif record is not None and record.last != trimmed:
-                    new = JobRecord(slot=record.slot, last=trimmed)  # what the next normalization needs
-                else:
-                    new = None
-                if new is not None:
-                    if record is None:
-                        self._metrics.cache_jobs.inc()
-                    self._records[uid] = new
-                    write.put[uid] = new
+                write = StateWrite()
+                emission = await self._observe(obj, record, uid, namespace, name, inputs, write)
             else:
                 return
         except MalformedObject as exc:
@@ -227,17 +219,51 @@ class Informer(WatchHooks):
                 extra={"cluster": self.spec.cluster_id, "kind": self._kind_label, "reason": str(exc)[:300]},
             )
             return
+        await self._hand_over(emission, write, obj, uid, resource_version)
+
+    async def _observe(
+        self,
+        obj: Any,
+        record: JobRecord | None,
+        uid: str,
+        namespace: str,
+        name: str,
+        inputs: object,
+        write: StateWrite,
+    ) -> transitions.Emission | None:
+        """Normalize a live object; remember its status (in ``write`` too when it changed)."""
+        related = await self._companion(namespace, name, _resource_version(obj))
+        status = normalize_object(self.spec.kind, obj, record.last if record else None, related=related)
+        previous = record.slot if record else None
+        emission = transitions.observe(previous, status, namespace=namespace, name=name)
+        trimmed = trim(status)
+        if emission is not None:
+            new = JobRecord(slot=emission.slot, last=trimmed, inputs=inputs)
+        elif record is not None and record.last != trimmed:
+            # what the next normalization needs
+            new = JobRecord(slot=record.slot, last=trimmed, inputs=inputs)
+        else:
+            new = None
+            if record is not None:
+                record.inputs = inputs
+        if new is not None:
+            if record is None:
+                self._metrics.cache_jobs.inc()
+            self._records[uid] = new
+            write.put[uid] = new
+        return emission
+
+    async def _hand_over(
+        self,
+        emission: transitions.Emission | None,
+        write: StateWrite,
+        obj: Any,
+        uid: str,
+        resource_version: str | None,
+    ) -> None:
+        """Publish what is to be emitted and queue its checkpoint change behind the ack."""
         if emission is None and not write:
-            # Nothing to emit or remember: only the resourceVersion moved. Checkpoint it every so
-            # often rather than per event (a restart re-reads at most that many events, and
-            # re-emits none of them: their transitions are already recorded).
-            if resource_version:
-                self._idle_events += 1
-                if self._idle_events >= RV_CHECKPOINT_EVERY:
-                    await self._queue.put(
-                        Commit(None, StateWrite(resource_versions={self.spec.scope: resource_version}))
-                    )
-                    self._idle_events = 0
+            await self._unchanged(resource_version)
             return
         if resource_version:
             write.resource_versions[self.spec.scope] = resource_version
@@ -246,6 +272,18 @@ class Informer(WatchHooks):
         if emission is not None:
             pending = await self._publish(emission, obj, _resource_version(obj) or "", uid=uid)
         await self._queue.put(Commit(pending, write, emission))
+
+    async def _unchanged(self, resource_version: str | None) -> None:
+        """Nothing to emit or remember: only the resourceVersion moved. Checkpoint it every so
+        often rather than per event (a restart re-reads at most that many events, and re-emits
+        none of them: their transitions are already recorded)."""
+        if resource_version:
+            self._idle_events += 1
+            if self._idle_events >= RV_CHECKPOINT_EVERY:
+                await self._queue.put(
+                    Commit(None, StateWrite(resource_versions={self.spec.scope: resource_version}))
+                )
+                self._idle_events = 0
 
     async def _companion(
         self, namespace: str, name: str, resource_version: str | None
@@ -317,7 +355,7 @@ class Informer(WatchHooks):
         subject = job_events.subject_for(event)
         return await self._publisher.submit(
             subject=subject,
-            payload=wrap_job_event(event).to_json(),
+            payload=job_events.payload_for(event),
             msg_id=event.event_id,
             kind_key=self._kind_label,
         )
@@ -325,7 +363,7 @@ class Informer(WatchHooks):
     # -- committing ---------------------------------------------------------------------------
     async def _commit(self) -> None:
         """Acknowledgement first, checkpoint second; checkpoint writes batched."""
-        emitted = self._metrics.transitions_emitted
+        emitted = _LabelledChildren(self._metrics.transitions_emitted, self._kind_label)
         while True:
             reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
             batch = [await self._queue.get()]
@@ -338,7 +376,7 @@ class Informer(WatchHooks):
                 if commit.pending is not None:
                     await self._publisher.confirm(commit.pending)
                     if commit.emission is not None:
-                        emitted.labels(self._kind_label, commit.emission.change).inc()
+                        emitted.child(commit.emission.change).inc()
                 write.merge(commit.write)
                 done += 1
                 while not self._queue.empty() and len(batch) < 1000:
@@ -362,6 +400,21 @@ class Informer(WatchHooks):
     async def drain(self) -> None:
         """Wait until everything handed to the commit stage is acknowledged and checkpointed."""
         await self._queue.join()
+
+
+class _LabelledChildren:
+    """A labelled counter's children by their last label, looked up once each (not per event)."""
+
+    def __init__(self, counter: Counter, first_label: str) -> None:
+        self._counter = counter
+        self._first_label = first_label
+        self._children: dict[str, Counter] = {}
+
+    def child(self, label: str) -> Counter:
+        child = self._children.get(label)
+        if child is None:
+            child = self._children[label] = self._counter.labels(self._first_label, label)
+        return child
 
 
 def _identity(obj: Any) -> tuple[str, str, str]:

@@ -34,6 +34,9 @@ class JobRecord:
 
     slot: Slot
     last: NormalizedStatus
+    # In memory only: the raw inputs ``last`` was computed from (catalog.decision_inputs_for), so
+    # an update that changed none of them skips normalization. None: normalize the next update.
+    inputs: object = field(default=None, compare=False)
 
 
 @dataclass(slots=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kinds_testkit import KUEUE, at, batch_job, k8s_condition, ts
+
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds import batch
 from trainwatch_watcher.kinds.model import NormalizedStatus

@@ -17,6 +17,7 @@ from kinds_testkit import (
     train_job,
     volcano_job,
 )
+
 from trainwatch_common import kinds as catalog
 from trainwatch_common.events.jobs import Phase
 from trainwatch_watcher.kinds import (

@@ -31,6 +31,7 @@ from kinds_testkit import (
     volcano_status,
 )
 from kinds_testkit import batch_job as batch_job_object
+
 from trainwatch_common import kinds as catalog
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds import MalformedObject, NormalizedStatus, normalize_object

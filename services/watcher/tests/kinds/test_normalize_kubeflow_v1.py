@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from kinds_testkit import KUBEFLOW_V1_KINDS, KUEUE, at, kubeflow_condition, kubeflow_job, podgroup, ts
+
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds import kubeflow_v1
 from trainwatch_watcher.kinds.model import NormalizedStatus

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from kinds_testkit import KUEUE, at, kubeflow_condition, mpi_v2_job, ts
+
 from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds import mpi_v2beta1
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from kinds_testkit import KUEUE, at, ray_job, ray_status, ts
+
 from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds import ray
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from kinds_testkit import KUEUE, at, jobset, meta_condition, step, train_job
+
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds import jobset as jobset_kind
 from trainwatch_watcher.kinds import trainjob

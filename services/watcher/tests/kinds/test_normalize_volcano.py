@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 from kinds_testkit import at, podgroup, volcano_job, volcano_status
+
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds import volcano
 

@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
-
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name, restart_in_progress
 from trainwatch_watcher.kinds.fields import count, flag, optional_count, parse_time
 from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Any, Protocol
 
 from trainwatch_common import kinds as catalog
 from trainwatch_common.kinds import JobKind
-
 from trainwatch_watcher.kinds import batch, jobset, kubeflow_v1, mpi_v2beta1, ray, trainjob, volcano
 from trainwatch_watcher.kinds.model import NormalizedStatus
 
@@ -45,6 +44,30 @@ _NORMALIZERS: Mapping[JobKind, Normalizer] = MappingProxyType(
         catalog.RAY_JOB: ray.normalize,
     }
 )
+
+
+DecisionInputs = Callable[[Mapping[str, Any]], bytes | None]
+
+# Kinds whose normalizer has a cheap ``decision_inputs`` (see kubeflow_v1.decision_inputs): equal
+# inputs for a uid mean an equal trimmed status, so the watcher may skip normalizing.
+_DECISION_INPUTS: Mapping[JobKind, DecisionInputs] = MappingProxyType(
+    {
+        kind: kubeflow_v1.decision_inputs
+        for kind in (
+            catalog.PYTORCH_JOB,
+            catalog.TF_JOB,
+            catalog.MPI_JOB_V1,
+            catalog.XGBOOST_JOB,
+            catalog.PADDLE_JOB,
+            catalog.JAX_JOB,
+        )
+    }
+)
+
+
+def decision_inputs_for(kind: JobKind) -> DecisionInputs | None:
+    """The kind's decision-inputs reader, or None when every observation must be normalized."""
+    return _DECISION_INPUTS.get(kind)
 
 
 def normalizer_for(kind: JobKind) -> Normalizer:

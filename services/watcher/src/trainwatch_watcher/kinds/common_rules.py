@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
-
 from trainwatch_watcher.kinds.fields import trim_message, trim_reason
 from trainwatch_watcher.kinds.model import NormalizedStatus
 from trainwatch_watcher.kinds.objects import Condition, JobObject

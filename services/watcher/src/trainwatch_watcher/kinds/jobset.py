@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
-
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name, restart_in_progress
 from trainwatch_watcher.kinds.fields import count, enum_text, flag, mapping_items, optional_count, text
 from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, MalformedObject, NormalizedStatus

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase
-
 from trainwatch_watcher.kinds.common_rules import make_status, restart_in_progress
 from trainwatch_watcher.kinds.kubeflow_v1 import outcome_or_hold, read_view, running_or_pending
 from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus

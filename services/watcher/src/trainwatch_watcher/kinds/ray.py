@@ -19,7 +19,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase, SubPhase
-
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name
 from trainwatch_watcher.kinds.fields import count, enum_text, flag, parse_time, text
 from trainwatch_watcher.kinds.model import NormalizedStatus

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
-
 from trainwatch_watcher.kinds import jobset
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name
 from trainwatch_watcher.kinds.fields import flag

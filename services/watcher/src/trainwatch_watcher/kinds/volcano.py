@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
-
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name
 from trainwatch_watcher.kinds.fields import (
     count,
