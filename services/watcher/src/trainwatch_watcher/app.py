@@ -62,6 +62,9 @@ class WatcherApp:
         self.health_server: HealthServer | None = None
         self.ready = asyncio.Event()
 
+    def _lease_proven(self, cluster_id: str, epoch: int) -> bool:
+        return self.claims is not None and self.claims.holds(cluster_id, epoch)
+
     def _default_connections(self) -> ConnectionSource:
         s = self.settings
         if s.registry_url:
@@ -100,6 +103,7 @@ class WatcherApp:
                 metrics=self.metrics,
                 settings=s,
                 owner=self.instance_id,
+                fence=self._lease_proven,
             )
 
             def make_worker(spec: ClusterSpec, epoch: int) -> ClusterWorker:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -49,6 +50,8 @@ class WorkerDeps:
     metrics: WatcherMetrics
     settings: WatcherSettings
     owner: str
+    # (cluster_id, epoch) -> whether this replica still proves its lease; None: no leases (tests).
+    fence: Callable[[str, int], bool] | None = None
 
 
 def informer_specs(
@@ -210,6 +213,7 @@ class ClusterWorker:
                 timings=self._settings,
                 max_in_flight=self._settings.publish_max_in_flight,
                 on_kind_gone=self.request_rediscovery,
+                fence=self._deps.fence,
             )
             self.informers[key] = informer
             started = time.monotonic()

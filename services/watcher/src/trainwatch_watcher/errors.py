@@ -63,3 +63,8 @@ class ApiError(ClusterError):
 
 class WatchExpired(WatcherError):
     """410 Gone: the resourceVersion or continue token is too old; the informer relists."""
+
+
+class LeaseNotProven(WatcherError):
+    """This replica can no longer prove its lease on the cluster: publishing now could emit beside
+    a new owner, so the informer stops before it publishes (the claim loop then stops the cluster)."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,8 +96,10 @@ class Informer(WatchHooks):
         timings: WatchTimings,
         max_in_flight: int = 1000,
         on_kind_gone: Any = None,
+        fence: Callable[[str, int], bool] | None = None,
     ) -> None:
         self.spec = spec
+        self._fence = fence
         self._client = client
         self._store = store
         self._publisher = publisher
@@ -351,6 +353,11 @@ class Informer(WatchHooks):
         *,
         uid: str,
     ) -> PendingPublish:
+        if self._fence is not None and not self._fence(self.spec.cluster_id, self.spec.epoch):
+            # After a pause (SIGSTOP, a long GC) the informers may run before the claim loop does.
+            raise errors.LeaseNotProven(
+                f"lease on {self.spec.cluster_id} (epoch {self.spec.epoch}) not proven"
+            )
         event = job_events.build_event(self.spec, emission, obj, resource_version, uid)
         subject = job_events.subject_for(event)
         return await self._publisher.submit(
