@@ -31,7 +31,7 @@ async def eventually(
                 value = await value
             if value:
                 return value  # type: ignore[return-value]
-        except (AssertionError, Exception) as exc:
+        except Exception as exc:  # AssertionError included: a failing check means "not yet"
             last_error = exc
         if time.monotonic() >= deadline:
             raise AssertionError(f"{message} not met within {timeout:.1f}s") from last_error
