@@ -22,7 +22,7 @@ from trainwatch_common.events.clusters import ClusterSpec
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
-from trainwatch_watcher.claims import ClaimLoop, ClaimMetrics
+from trainwatch_watcher.claims import GRACEFUL_REASONS, ClaimLoop, ClaimMetrics
 from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
 from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
@@ -65,6 +65,10 @@ class WatcherApp:
     def _lease_proven(self, cluster_id: str, epoch: int) -> bool:
         return self.claims is not None and self.claims.holds(cluster_id, epoch)
 
+    def _epoch_key(self, cluster_id: str) -> str:
+        assert self.claims is not None  # workers start only from the claim loop's callbacks
+        return self.claims.leases.epoch_key(cluster_id)
+
     def _default_connections(self) -> ConnectionSource:
         s = self.settings
         if s.registry_url:
@@ -104,6 +108,7 @@ class WatcherApp:
                 settings=s,
                 owner=self.instance_id,
                 fence=self._lease_proven,
+                epoch_key=self._epoch_key,
             )
 
             def make_worker(spec: ClusterSpec, epoch: int) -> ClusterWorker:
@@ -125,9 +130,15 @@ class WatcherApp:
                     self.metrics.clusters_watched.set(len(supervisor.workers))
 
             async def stop_owned(cluster_id: str, reason: str) -> None:
+                log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
+                if reason in GRACEFUL_REASONS:
+                    # The lease was just renewed: finish what was handed to JetStream and write its
+                    # checkpoint, so the next owner resumes exactly here. Outside the lock: the
+                    # claim loop stops many clusters at once, and their drains must overlap to fit
+                    # in one stop budget.
+                    await supervisor.drain_cluster(cluster_id, timeout=claims.stop_budget)
                 async with changing:
-                    log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
-                    await supervisor.stop_cluster(cluster_id)  # returns once its checkpoint is written
+                    await supervisor.stop_cluster(cluster_id)  # nothing of it publishes any more
                     self.metrics.clusters_watched.set(len(supervisor.workers))
 
             # Its own small pool: lease renewals must never queue behind the informers' checkpoints.
@@ -173,8 +184,9 @@ class WatcherApp:
                     for task in tasks:
                         task.cancel()
             finally:
-                # SIGTERM: stop every cluster (checkpoints written), then release the leases at
-                # once, so the other replicas take over within a claim tick, not a lease TTL.
+                # SIGTERM: drain and stop every cluster (checkpoints written, within the claims'
+                # stop budget), then release the leases at once, so the other replicas take over
+                # within a claim tick, not a lease TTL.
                 log.info("stopping clusters")
                 await claims.release_all()
                 await supervisor.stop_all()

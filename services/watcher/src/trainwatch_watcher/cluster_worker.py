@@ -52,6 +52,9 @@ class WorkerDeps:
     owner: str
     # (cluster_id, epoch) -> whether this replica still proves its lease; None: no leases (tests).
     fence: Callable[[str, int], bool] | None = None
+    # cluster_id -> the Redis key of its fencing epoch: checkpoints are written only while that
+    # epoch is still the worker's (``StateStore.fenced``). None: unfenced (no leases, tests).
+    epoch_key: Callable[[str], str] | None = None
 
 
 def informer_specs(
@@ -91,6 +94,20 @@ def informer_specs(
     return desired
 
 
+def _stop_if_cancelled(exc: BaseException) -> None:
+    """Re-raise a cancellation that arrived as another exception.
+
+    Python 3.11's TaskGroup swallows its parent's cancellation when it lands while the group is
+    already aborting for a failed child (an informer's consumer failing with LeaseNotProven,
+    say), and raises the child's error instead. A retry loop that caught that error would then
+    run on after ``stop_cluster`` cancelled it, and the stop (and the claim loop awaiting it)
+    would never finish.
+    """
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError from exc
+
+
 class ClusterWorker:
     def __init__(self, spec: ClusterSpec, *, epoch: int, deps: WorkerDeps) -> None:
         self.spec = spec
@@ -114,6 +131,14 @@ class ClusterWorker:
     def request_rediscovery(self) -> None:
         self._wake.set()
 
+    async def drain(self) -> None:
+        """Graceful stop, first half (the lease is still proven): every informer stops reading its
+        watch and waits until what it handed to JetStream is acknowledged and checkpointed. The
+        supervisor then cancels the worker; the caller bounds the wait."""
+        informers = list(self.informers.values())
+        if informers:
+            await asyncio.gather(*(i.stop_consuming_and_drain() for i in informers))
+
     def stopped(self) -> None:
         with contextlib.suppress(KeyError):
             self._deps.metrics.watch_lag.remove(self.spec.id)
@@ -127,6 +152,7 @@ class ClusterWorker:
             try:
                 await self._run_connected(backoff)
             except errors.ClusterError as exc:
+                _stop_if_cancelled(exc)
                 self.reachable = False
                 self.last_error = str(exc)
                 await self.report_health(force=True)
@@ -203,11 +229,14 @@ class ClusterWorker:
         loads its checkpoint) is logged and the informer starts again from its checkpoint after a
         backoff: it never takes the cluster's other informers with it."""
         backoff = Backoff(self._settings)
+        store = self._deps.store
+        if self._deps.epoch_key is not None:
+            store = store.fenced(self._deps.epoch_key(self.spec.id), self.epoch)
         while True:
             informer = Informer(
                 spec,
                 client=client,
-                store=self._deps.store,
+                store=store,
                 publisher=self._deps.publisher,
                 metrics=self._deps.metrics,
                 timings=self._settings,
@@ -220,6 +249,7 @@ class ClusterWorker:
             try:
                 await informer.run()
             except Exception as exc:  # the task boundary: logged, counted, restarted
+                _stop_if_cancelled(exc)
                 log.exception("informer failed; restarting", extra={"cluster": self.spec.id, "kind": key[0]})
                 informer.status.last_error = f"{type(exc).__name__}: {exc}"[:300]
                 self._deps.metrics.reconnects.labels(key[0], type(exc).__name__).inc()

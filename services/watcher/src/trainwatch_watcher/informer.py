@@ -19,11 +19,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_client import Counter
 
 from trainwatch_common.events.clusters import WatchOptions
+from trainwatch_common.events.envelope import job_event_json
 from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors, job_events, transitions
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
@@ -110,7 +112,10 @@ class Informer(WatchHooks):
         self._on_kind_gone = on_kind_gone
         self.status = InformerStatus()
         self._kind_label = spec.kind.key
+        self._namespaces_in_scope: dict[str, bool] = {}
         self._idle_events = 0
+        self._consumer: asyncio.Task[None] | None = None
+        self._committer: asyncio.Task[None] | None = None
         # A companion changes the status without changing the job's own inputs: no shortcut then.
         self._decision_inputs = decision_inputs_for(spec.kind) if spec.companion is None else None
 
@@ -152,8 +157,13 @@ class Informer(WatchHooks):
         self._metrics.informers_running.inc()
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._commit(), name=f"{spec.name} commit")
-                await self._consume(watcher)
+                self._committer = group.create_task(self._commit(), name=f"{spec.name} commit")
+                # Its own task, so a graceful stop can end it alone and let the commits finish.
+                self._consumer = group.create_task(self._consume(watcher), name=f"{spec.name} consume")
+                # Until cancelled or a task fails. Waiting here, not in the group's exit, matters:
+                # Python 3.11's TaskGroup cancels its parent when a task fails but takes that
+                # cancellation back only if the body had not finished yet (fixed in 3.12).
+                await asyncio.get_running_loop().create_future()
         finally:
             self._metrics.informers_running.dec()
             self._metrics.cache_jobs.dec(len(self._records))
@@ -187,10 +197,10 @@ class Informer(WatchHooks):
         event_type = event.get("type")
         obj = event.get("object")
         try:
-            uid, namespace, name = _identity(obj)
-            if not self.spec.in_scope(namespace):
+            uid, namespace, name, metadata = _identity(obj)
+            if not self._in_scope(namespace):
                 return
-            if is_owned_by_higher_level_job(obj):  # type: ignore[arg-type]
+            if "ownerReferences" in metadata and is_owned_by_higher_level_job(obj):  # type: ignore[arg-type]
                 return
             record = self._records.get(uid)
             inputs = None
@@ -199,7 +209,8 @@ class Informer(WatchHooks):
                 if inputs is not None and record is not None and record.inputs == inputs:
                     # Same inputs as the last computed status: the same status again (a fixed
                     # point, see kubeflow_v1.decision_inputs), so nothing to emit or remember.
-                    await self._unchanged(resource_version)
+                    if (commit := self._unchanged(resource_version)) is not None:
+                        await self._queue.put(commit)
                     return
             if event_type == "DELETED":
                 write = StateWrite()
@@ -223,6 +234,13 @@ class Informer(WatchHooks):
             return
         await self._hand_over(emission, write, obj, uid, resource_version)
 
+    def _in_scope(self, namespace: str) -> bool:
+        """``spec.in_scope``, remembered per namespace (asked once per event)."""
+        in_scope = self._namespaces_in_scope.get(namespace)
+        if in_scope is None:
+            in_scope = self._namespaces_in_scope[namespace] = self.spec.in_scope(namespace)
+        return in_scope
+
     async def _observe(
         self,
         obj: Any,
@@ -234,7 +252,7 @@ class Informer(WatchHooks):
         write: StateWrite,
     ) -> transitions.Emission | None:
         """Normalize a live object; remember its status (in ``write`` too when it changed)."""
-        related = await self._companion(namespace, name, _resource_version(obj))
+        related = await self._companion(namespace, name, _resource_version(obj["metadata"]))
         status = normalize_object(self.spec.kind, obj, record.last if record else None, related=related)
         previous = record.slot if record else None
         emission = transitions.observe(previous, status, namespace=namespace, name=name)
@@ -265,27 +283,27 @@ class Informer(WatchHooks):
     ) -> None:
         """Publish what is to be emitted and queue its checkpoint change behind the ack."""
         if emission is None and not write:
-            await self._unchanged(resource_version)
+            if (commit := self._unchanged(resource_version)) is not None:
+                await self._queue.put(commit)
             return
         if resource_version:
             write.resource_versions[self.spec.scope] = resource_version
             self._idle_events = 0
         pending = None
         if emission is not None:
-            pending = await self._publish(emission, obj, _resource_version(obj) or "", uid=uid)
+            pending = await self._publish(emission, obj, _resource_version(obj["metadata"]) or "", uid=uid)
         await self._queue.put(Commit(pending, write, emission))
 
-    async def _unchanged(self, resource_version: str | None) -> None:
+    def _unchanged(self, resource_version: str | None) -> Commit | None:
         """Nothing to emit or remember: only the resourceVersion moved. Checkpoint it every so
         often rather than per event (a restart re-reads at most that many events, and re-emits
-        none of them: their transitions are already recorded)."""
+        none of them: their transitions are already recorded); returns that checkpoint's commit."""
         if resource_version:
             self._idle_events += 1
             if self._idle_events >= RV_CHECKPOINT_EVERY:
-                await self._queue.put(
-                    Commit(None, StateWrite(resource_versions={self.spec.scope: resource_version}))
-                )
                 self._idle_events = 0
+                return Commit(None, StateWrite(resource_versions={self.spec.scope: resource_version}))
+        return None
 
     async def _companion(
         self, namespace: str, name: str, resource_version: str | None
@@ -358,12 +376,13 @@ class Informer(WatchHooks):
             raise errors.LeaseNotProven(
                 f"lease on {self.spec.cluster_id} (epoch {self.spec.epoch}) not proven"
             )
-        event = job_events.build_event(self.spec, emission, obj, resource_version, uid)
-        subject = job_events.subject_for(event)
+        document = job_events.event_document(
+            self.spec, emission, obj, resource_version, uid, observed_at=datetime.now(UTC)
+        )
         return await self._publisher.submit(
-            subject=subject,
-            payload=job_events.payload_for(event),
-            msg_id=event.event_id,
+            subject=job_events.subject_for(self.spec, emission.slot),
+            payload=job_event_json(document),
+            msg_id=document["event_id"],
             kind_key=self._kind_label,
         )
 
@@ -398,6 +417,8 @@ class Informer(WatchHooks):
             try:
                 await self._store.apply(self.spec.cluster_id, self.spec.kind.key, write)
                 return
+            except errors.LeaseNotProven:
+                raise  # a newer owner's epoch refused the write: retrying cannot help
             except Exception as exc:  # Redis down: the checkpoint waits; nothing newer is written first
                 reraise_cancellation(exc)
                 log.warning("checkpoint write failed; retrying", extra={"error": repr(exc)})
@@ -407,6 +428,21 @@ class Informer(WatchHooks):
     async def drain(self) -> None:
         """Wait until everything handed to the commit stage is acknowledged and checkpointed."""
         await self._queue.join()
+
+    async def stop_consuming_and_drain(self) -> None:
+        """The first half of a graceful stop (a handoff): read no more of the watch, then wait
+        until what was handed to JetStream is acknowledged and checkpointed. The caller then
+        cancels ``run``, and the next owner resumes exactly where this one stopped."""
+        if self._consumer is None or self._committer is None or self._committer.done():
+            return  # not running (failed or never started): nothing will be committed
+        self._consumer.cancel()
+        await asyncio.wait([self._consumer])
+        # Until the queue is empty, or the commit stage ended (it failed: it will commit nothing).
+        joined = asyncio.ensure_future(self._queue.join())
+        try:
+            await asyncio.wait([joined, self._committer], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            joined.cancel()
 
 
 class _LabelledChildren:
@@ -424,11 +460,12 @@ class _LabelledChildren:
         return child
 
 
-def _identity(obj: Any) -> tuple[str, str, str]:
-    if not isinstance(obj, Mapping):
+def _identity(obj: Any) -> tuple[str, str, str, dict[str, Any]]:
+    """uid, namespace, name and metadata of a decoded object (JSON objects decode to dicts)."""
+    if not isinstance(obj, dict):
         raise MalformedObject("watch event without an object")
     metadata = obj.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if not isinstance(metadata, dict):
         raise MalformedObject("object has no metadata mapping")
     uid, namespace, name = metadata.get("uid"), metadata.get("namespace"), metadata.get("name")
     if not (
@@ -440,10 +477,9 @@ def _identity(obj: Any) -> tuple[str, str, str]:
         and name
     ):
         raise MalformedObject("metadata.uid, .namespace or .name missing")
-    return uid, namespace, name
+    return uid, namespace, name, metadata
 
 
-def _resource_version(obj: Any) -> str | None:
-    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
-    rv = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+def _resource_version(metadata: Mapping[str, Any]) -> str | None:
+    rv = metadata.get("resourceVersion")
     return rv if isinstance(rv, str) and rv else None

@@ -43,6 +43,7 @@ class PendingPublish:
     msg_id: str
     kind_key: str
     started: float = field(default_factory=time.monotonic)
+    token: str = ""  # of the last send: its acknowledgement comes to "<inbox>.<token>"
     future: asyncio.Future[PubAck] | None = None
     error: BaseException | None = None
 
@@ -78,31 +79,37 @@ class Publisher:
                 inbox = f"{self._nc.new_inbox()}."
                 await self._nc.subscribe(inbox + "*", cb=self._on_ack)
                 self._inbox = inbox
-            token = str(next(self._tokens))
-            future: asyncio.Future[PubAck] = asyncio.get_running_loop().create_future()
-            # However the wait ends (ack, timeout, cancellation), the token is forgotten.
-            future.add_done_callback(lambda _, token=token: self._acks.pop(token, None))  # type: ignore[misc]
-            self._acks[token] = future
-            pending.future = future
+            pending.token = str(next(self._tokens))
+            pending.future = asyncio.get_running_loop().create_future()
+            self._acks[pending.token] = pending.future
             await self._nc.publish(
                 pending.subject,
                 pending.payload,
-                reply=self._inbox + token,
+                reply=self._inbox + pending.token,
                 headers={Header.MSG_ID: pending.msg_id},
             )
         except Exception as exc:  # not connected, buffer full: confirm() retries
             reraise_cancellation(exc)
-            if pending.future is not None:
-                pending.future.cancel()
-            pending.future = None
+            self._forget(pending)
             pending.error = exc
         reraise_cancellation(None)
 
+    def _forget(self, pending: PendingPublish) -> None:
+        """Stop waiting for the last send's acknowledgement (a retry gets a token of its own).
+
+        Tokens leave ``_acks`` here or when their acknowledgement arrives, not by a callback on
+        the future: one more callback per message measured at ~1.5 us.
+        """
+        if pending.future is not None:
+            self._acks.pop(pending.token, None)
+            pending.future.cancel()
+            pending.future = None
+
     async def _on_ack(self, msg: Msg) -> None:
         assert self._inbox is not None
-        future = self._acks.get(msg.subject[len(self._inbox) :])
+        future = self._acks.pop(msg.subject[len(self._inbox) :], None)
         if future is None or future.done():
-            return  # timed out already (the retry has its own token), or a stray reply
+            return  # given up on already (the retry has its own token), or a stray reply
         if msg.headers and msg.headers.get(Header.STATUS) == NO_RESPONDERS_STATUS:
             future.set_exception(NoStreamResponseError())
             return
@@ -110,7 +117,7 @@ class Publisher:
             response = orjson.loads(msg.data)
             if "error" in response:
                 APIError.from_error(response["error"])  # raises the APIError of that code
-            future.set_result(PubAck.from_response(response))
+            future.set_result(_pub_ack(response))
         except Exception as exc:  # a refusal, or an unreadable acknowledgement: no acknowledgement
             future.set_exception(exc)
 
@@ -123,10 +130,13 @@ class Publisher:
                     if pending.future.done():  # the common case under load: no timer needed
                         ack = pending.future.result()
                     else:
-                        # On timeout the future is cancelled, which frees its nats-py slot.
                         async with asyncio.timeout(self._ack_timeout):
                             ack = await pending.future
-                except (TimeoutError, Exception) as exc:  # no ack, no stream, disconnected
+                except asyncio.CancelledError:
+                    self._forget(pending)
+                    raise
+                except Exception as exc:  # no ack in time (TimeoutError), no stream, disconnected
+                    self._forget(pending)
                     reraise_cancellation(exc)
                     pending.error = exc
                 else:
@@ -154,6 +164,17 @@ class Publisher:
         return await self.confirm(
             await self.submit(subject=subject, payload=payload, msg_id=msg_id, kind_key=kind_key)
         )
+
+
+def _pub_ack(response: dict[str, Any]) -> PubAck:
+    """``PubAck.from_response`` without its walk over ``dataclasses.fields`` (~3 us a message):
+    the fields of a plain publish's acknowledgement (no batch or counter fields here)."""
+    return PubAck(
+        stream=response["stream"],
+        seq=response["seq"],
+        domain=response.get("domain"),
+        duplicate=response.get("duplicate"),
+    )
 
 
 def reraise_cancellation(exc: BaseException | None, task: asyncio.Task[Any] | None = None) -> None:

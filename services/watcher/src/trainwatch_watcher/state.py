@@ -5,6 +5,14 @@ One hash per (cluster, kind): ``trainwatch:watcher:v1:{cluster}:{kind}``, with f
 need back, as JSON) and ``rv:<scope>`` (the resourceVersion every earlier event was handled up
 to; scope is a namespace, or ``*`` for a cluster-wide watch). The informer writes only after
 JetStream acknowledged what it published, so the checkpoint never runs ahead of the stream.
+
+**Fenced writes.** A store bound to a lease (``fenced(epoch_key, epoch)``) writes only while the
+cluster's fencing epoch in Redis is still the writer's: one Lua script compares and writes, in
+one round trip. A replica paused past its TTL (SIGSTOP, a long GC) whose acknowledgements arrive
+after a new owner took the cluster (which takes the next epoch *before* it loads the
+checkpoint) is refused with ``CheckpointFenced``, so it can never overwrite the new owner's
+checkpoint. The epoch only has to be unchanged, not the lease live: an owner whose lease lapsed
+with nobody taking over writes nothing anyone has read yet.
 """
 
 from __future__ import annotations
@@ -15,8 +23,10 @@ from typing import Any, cast
 
 import orjson
 from redis.asyncio import Redis
+from redis.commands.core import AsyncScript
 
 from trainwatch_common.events.jobs import Phase, SubPhase
+from trainwatch_watcher.errors import LeaseNotProven
 from trainwatch_watcher.kinds.model import NormalizedStatus
 from trainwatch_watcher.transitions import Slot
 
@@ -26,6 +36,29 @@ ALL_NAMESPACES = "*"
 
 def state_key(cluster_id: str, kind_key: str) -> str:
     return f"{PREFIX}:{cluster_id}:{kind_key}"
+
+
+class CheckpointFenced(LeaseNotProven):
+    """A newer owner holds the cluster (its epoch moved on): this checkpoint write was refused."""
+
+
+# KEYS: the checkpoint hash, the cluster's epoch counter. ARGV: my epoch, the number of fields to
+# set, then field/value pairs, then the fields to delete. HSET/HDEL in chunks: Lua's unpack has
+# a stack limit, and a batch may carry a thousand commits.
+_FENCED_APPLY = """
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return 0
+end
+local puts = tonumber(ARGV[2])
+local first, last = 3, 2 + 2 * puts
+for i = first, last, 200 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 199, last)))
+end
+for i = last + 1, #ARGV, 200 do
+  redis.call('HDEL', KEYS[1], unpack(ARGV, i, math.min(i + 199, #ARGV)))
+end
+return 1
+"""
 
 
 @dataclass(slots=True)
@@ -129,10 +162,27 @@ def decode_record(raw: bytes) -> JobRecord:
 
 
 class StateStore:
-    """Reads and writes checkpoints. Writes are idempotent, so a retried batch is harmless."""
+    """Reads and writes checkpoints. Writes are idempotent, so a retried batch is harmless.
+
+    Unfenced as constructed; ``fenced`` gives the view an owner of a cluster lease writes through.
+    """
 
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
+        self._fence: tuple[str, int] | None = None  # (epoch key, epoch) of a fenced view
+        self._fenced_apply: AsyncScript | None = None
+
+    def fenced(self, epoch_key: str, epoch: int) -> StateStore:
+        """The same store, writing only while the counter at ``epoch_key`` still equals ``epoch``."""
+        store = StateStore(self._redis)
+        store._fence = (epoch_key, epoch)
+        store._fenced_apply = self._script()  # registered once, shared by every view
+        return store
+
+    def _script(self) -> AsyncScript:
+        if self._fenced_apply is None:
+            self._fenced_apply = self._redis.register_script(_FENCED_APPLY)
+        return self._fenced_apply
 
     async def load(self, cluster_id: str, kind_key: str) -> Checkpoint:
         raw = cast(dict[bytes, bytes], await self._redis.hgetall(state_key(cluster_id, kind_key)))  # type: ignore[misc]
@@ -151,12 +201,27 @@ class StateStore:
         key = state_key(cluster_id, kind_key)
         mapping: dict[str, bytes] = {f"u:{uid}": encode_record(record) for uid, record in write.put.items()}
         mapping.update({f"rv:{scope}": rv.encode() for scope, rv in write.resource_versions.items()})
+        if self._fence is not None:
+            await self._apply_fenced(cluster_id, key, mapping, write.delete)
+            return
         async with self._redis.pipeline(transaction=True) as pipe:
             if mapping:
                 pipe.hset(key, mapping=mapping)  # type: ignore[arg-type]
             if write.delete:
                 pipe.hdel(key, *(f"u:{uid}" for uid in write.delete))
             await pipe.execute()
+
+    async def _apply_fenced(
+        self, cluster_id: str, key: str, mapping: dict[str, bytes], delete: set[str]
+    ) -> None:
+        assert self._fence is not None
+        epoch_key, epoch = self._fence
+        args: list[str | bytes | int] = [str(epoch), len(mapping)]
+        for name, value in mapping.items():
+            args += (name, value)
+        args += (f"u:{uid}" for uid in delete)
+        if not await self._script()(keys=[key, epoch_key], args=args):
+            raise CheckpointFenced(f"checkpoint of {cluster_id} refused: epoch {epoch} is no longer current")
 
     async def forget_scope(self, cluster_id: str, kind_key: str, uids: Iterable[str], scope: str) -> None:
         """Drop records (e.g. of namespaces no longer watched) without emitting anything."""

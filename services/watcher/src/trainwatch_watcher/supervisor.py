@@ -6,6 +6,7 @@ are idempotent. Stopping happens before starting (see ``taskmap``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
@@ -50,6 +51,22 @@ class ClusterSupervisor:
             await self.stop_cluster(spec.id)
         self.workers[spec.id] = self._make_worker(spec, epoch)
         self._tasks.start(spec.id, identity)
+
+    async def drain_cluster(self, cluster_id: str, *, timeout: float) -> bool:
+        """Let a cluster's informers finish what they handed to JetStream (acknowledged and
+        checkpointed) without reading more, for at most ``timeout`` seconds; ``stop_cluster``
+        follows. False if it did not finish in time (the next owner then re-emits the unconfirmed
+        tail with the same ids, which JetStream drops)."""
+        worker = self.workers.get(cluster_id)
+        if worker is None or timeout <= 0:
+            return False
+        try:
+            async with asyncio.timeout(timeout):
+                await worker.drain()
+        except TimeoutError:
+            log.warning("cluster not drained in time", extra={"cluster": cluster_id, "timeout": timeout})
+            return False
+        return True
 
     async def stop_cluster(self, cluster_id: str, *, forget_state: bool = False) -> None:
         """Stop watching a cluster; with ``forget_state`` (it left the registry) drop its checkpoints."""

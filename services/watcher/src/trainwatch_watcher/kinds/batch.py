@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
+from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name, restart_in_progress
 from trainwatch_watcher.kinds.fields import count, flag, optional_count, parse_time
-from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus
+from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus, replica_counts
 from trainwatch_watcher.kinds.objects import JobObject, kueue_waiting, read_object, true_condition
 
 ROLE = "pods"
@@ -38,11 +38,7 @@ def normalize(
     parallelism = optional_count(job.spec, "parallelism")
     if parallelism is None:
         parallelism = 1  # the API server default
-    replicas = {
-        ROLE: ReplicaCounts(
-            desired=parallelism, active=active, ready=ready, succeeded=succeeded, failed=failed
-        )
-    }
+    replicas = {ROLE: replica_counts(parallelism, active, ready, succeeded, failed)}
 
     def result(phase: Phase, **kwargs: Any) -> NormalizedStatus:
         return make_status(

@@ -19,7 +19,12 @@ from typing import Any
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name, restart_in_progress
 from trainwatch_watcher.kinds.fields import count, enum_text, flag, mapping_items, optional_count, text
-from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, MalformedObject, NormalizedStatus
+from trainwatch_watcher.kinds.model import (
+    HEURISTIC_SOURCE_PREFIX,
+    MalformedObject,
+    NormalizedStatus,
+    replica_counts,
+)
 from trainwatch_watcher.kinds.objects import (
     Condition,
     JobObject,
@@ -64,12 +69,12 @@ def read_replicated_jobs(
         name = text(entry, "name")
         if name is None:
             continue
-        replicas[name] = ReplicaCounts(
-            desired=desired.get(name),
-            active=count(entry, "active"),
-            ready=count(entry, "ready"),
-            succeeded=count(entry, "succeeded"),
-            failed=count(entry, "failed"),
+        replicas[name] = replica_counts(
+            desired.get(name),
+            count(entry, "active"),
+            count(entry, "ready"),
+            count(entry, "succeeded"),
+            count(entry, "failed"),
         )
     return replicas
 

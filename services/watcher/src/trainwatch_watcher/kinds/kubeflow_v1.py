@@ -20,7 +20,7 @@ import orjson
 from trainwatch_common.events.jobs import Phase, ReplicaCounts, SubPhase
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name
 from trainwatch_watcher.kinds.fields import count, flag, mapping_field, optional_count, parse_time
-from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus
+from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, replica_counts
 from trainwatch_watcher.kinds.objects import (
     KUEUE_QUEUE_LABEL,
     Condition,
@@ -32,7 +32,7 @@ from trainwatch_watcher.kinds.objects import (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as objects.Condition: built anew for each observation
 class KubeflowView:
     """What the v1 and v2beta1 rows read from a Kubeflow-style job."""
 
@@ -84,11 +84,8 @@ def _read_replicas(job: JobObject) -> dict[str, ReplicaCounts]:
             entry = {}
         if not isinstance(entry, Mapping):
             raise MalformedObject(f"status.replicaStatuses.{role} is a {type(entry).__name__}")
-        replicas[str(role)] = ReplicaCounts(
-            desired=desired.get(role),
-            active=count(entry, "active"),
-            succeeded=count(entry, "succeeded"),
-            failed=count(entry, "failed"),
+        replicas[str(role)] = replica_counts(
+            desired.get(role), count(entry, "active"), None, count(entry, "succeeded"), count(entry, "failed")
         )
     return replicas
 

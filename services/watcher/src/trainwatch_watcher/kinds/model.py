@@ -9,6 +9,7 @@ a phase change would be compared against a stale value.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -50,6 +51,15 @@ class NormalizedStatus:
     @property
     def restarting_by_heuristic(self) -> bool:
         return self.phase is Phase.RESTARTING and (self.source or "").startswith(HEURISTIC_SOURCE_PREFIX)
+
+
+@functools.lru_cache(maxsize=4096)
+def replica_counts(
+    desired: int | None, active: int, ready: int | None, succeeded: int, failed: int
+) -> ReplicaCounts:
+    """One role's counts. The model is frozen and the same counts recur across a job's updates
+    and across jobs, so each combination is validated once and shared (~0.2 us instead of ~1.3)."""
+    return ReplicaCounts(desired=desired, active=active, ready=ready, succeeded=succeeded, failed=failed)
 
 
 # (group, kind) of every job kind Trainwatch watches, plus the owners the reference names (§3.4).

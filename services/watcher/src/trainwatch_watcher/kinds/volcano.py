@@ -25,7 +25,7 @@ from trainwatch_watcher.kinds.fields import (
     parse_time,
     text,
 )
-from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus
+from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, replica_counts
 from trainwatch_watcher.kinds.objects import JobObject, podgroup_phase, read_object
 
 DEFAULT_MAX_RETRY = 3  # spec.maxRetry default
@@ -145,10 +145,11 @@ def _read_tasks(job: JobObject) -> dict[str, ReplicaCounts]:
         if not isinstance(entry, Mapping):
             raise MalformedObject(f"status.taskStatusCount.{name} is a {type(entry).__name__}")
         by_pod_phase = mapping_field(entry, "phase", f"status.taskStatusCount.{name}")
-        replicas[str(name)] = ReplicaCounts(
-            desired=desired.get(name),
-            active=count(by_pod_phase, "Pending") + count(by_pod_phase, "Running"),
-            succeeded=count(by_pod_phase, "Succeeded"),
-            failed=count(by_pod_phase, "Failed"),
+        replicas[str(name)] = replica_counts(
+            desired.get(name),
+            count(by_pod_phase, "Pending") + count(by_pod_phase, "Running"),
+            None,
+            count(by_pod_phase, "Succeeded"),
+            count(by_pod_phase, "Failed"),
         )
     return replicas
