@@ -312,9 +312,16 @@ class ClaimLoop:
 
     async def _acquire(self, candidates: list[str], want: int) -> None:
         got = 0
+        renew_check_at = self._clock() + self.tick_interval
         for cluster_id in candidates:
             if got >= want:
                 return
+            if self._clock() >= renew_check_at:
+                # Taking a thousand clusters (each one round trip, each starting a worker that
+                # opens its watches on this event loop) can outlast the first leases' renewal
+                # time: renew them between acquisitions, or they lapse and their clusters stop.
+                await self._renew_due()
+                renew_check_at = self._clock() + self.tick_interval
             sent = self._clock()
             lease = await self._call(partial(self.leases.acquire, cluster_id, self.replica_id))
             if lease is None:

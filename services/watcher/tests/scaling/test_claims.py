@@ -369,3 +369,31 @@ def test_claim_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("TRAINWATCH_LEASE_TTL_MS", "10")
     with pytest.raises(ValueError, match="greater than or equal"):
         ClaimSettings()
+
+
+async def test_leases_stay_proven_while_a_long_acquisition_starts_many_clusters(redis_url: str) -> None:
+    """One replica taking 40 clusters whose starts take 1 s each (by the loop's clock): the first
+    leases fall due long before the last cluster is started, and must be renewed meanwhile."""
+    redis = Redis.from_url(redis_url)
+    clock = FakeClock()
+    recorder = Recorder()
+
+    async def slow_start(cluster_id: str, epoch: int) -> None:
+        clock.now += 1.0  # e.g. an event loop busy opening the watches of the clusters before
+        await recorder.start(cluster_id, epoch)
+
+    loop = ClaimLoop(
+        redis, replica_id="solo", start_cluster=slow_start, stop_cluster=recorder.stop,
+        ttl_ms=30_000, clock=clock,
+    )  # fmt: skip
+    clusters = [f"c{i:02d}" for i in range(40)]
+    try:
+        loop.set_desired(clusters)
+        await loop.tick()  # 40 s by the loop's clock: the first lease was due after 10 s
+        assert sorted(recorder.running) == clusters
+        assert recorder.reasons == []  # nothing stopped for a lapsed lease
+        assert all(loop.holds(c) for c in clusters)
+        assert loop.metrics.lease_renew_failures.labels("error")._value.get() == 0
+    finally:
+        await loop.release_all()
+        await redis.aclose()
