@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import nats
+import pytest
 
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually
+from trainwatch_watcher.errors import LeaseNotProven
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher
 
@@ -60,5 +62,34 @@ async def test_a_missing_stream_is_retried_until_it_exists(nats_url: str) -> Non
             confirming.cancel()
         assert ack.seq == 1
         assert not ack.duplicate
+    finally:
+        await nc.close()
+
+
+async def test_a_message_is_not_sent_again_once_its_lease_is_no_longer_proven(nats_url: str) -> None:
+    """A replica paused past its TTL wakes with unacknowledged publishes: it must not resend them."""
+    nc = await nats.connect(nats_url)
+    metrics = WatcherMetrics()
+    proven = True
+    try:
+        publisher = Publisher(nc, ack_timeout=1.0, metrics=metrics, retry_max=0.2)
+        pending = await publisher.submit(
+            subject=SUBJECT.format(i=1), payload=b"{}", msg_id="job.c1.u1.0", kind_key="pytorchjob"
+        )  # no stream yet: no acknowledgement, so confirm() resends
+        confirming = asyncio.create_task(
+            publisher.confirm(pending, may_resend=lambda: proven), name="confirm"
+        )
+        try:
+            await eventually(
+                lambda: metrics.publish_retries._value.get() >= 1, timeout=5, message="no retries"
+            )
+            proven = False
+            with pytest.raises(LeaseNotProven):
+                await asyncio.wait_for(confirming, 5)
+        finally:
+            confirming.cancel()
+        await ensure_streams(nc.jetstream())
+        info = await nc.jetstream().stream_info("JOBS")
+        assert info.state.messages == 0  # nothing resent after the lease lapsed
     finally:
         await nc.close()

@@ -15,6 +15,7 @@ A full queue stops the consumer (back-pressure); nothing is dropped.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -390,6 +391,10 @@ class Informer(WatchHooks):
     async def _commit(self) -> None:
         """Acknowledgement first, checkpoint second; checkpoint writes batched."""
         emitted = _LabelledChildren(self._metrics.transitions_emitted, self._kind_label)
+        # A resend after a pause must not go out once the lease is no longer proven.
+        may_resend = None
+        if self._fence is not None:
+            may_resend = functools.partial(self._fence, self.spec.cluster_id, self.spec.epoch)
         while True:
             reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
             batch = [await self._queue.get()]
@@ -400,7 +405,7 @@ class Informer(WatchHooks):
             while done < len(batch):
                 commit = batch[done]
                 if commit.pending is not None:
-                    await self._publisher.confirm(commit.pending)
+                    await self._publisher.confirm(commit.pending, may_resend=may_resend)
                     if commit.emission is not None:
                         emitted.child(commit.emission.change).inc()
                 write.merge(commit.write)

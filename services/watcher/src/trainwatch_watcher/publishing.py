@@ -19,6 +19,7 @@ import itertools
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +30,7 @@ from nats.js.api import Header, PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 from prometheus_client import Histogram
 
+from trainwatch_watcher.errors import LeaseNotProven
 from trainwatch_watcher.metrics import WatcherMetrics
 
 log = logging.getLogger(__name__)
@@ -121,8 +123,14 @@ class Publisher:
         except Exception as exc:  # a refusal, or an unreadable acknowledgement: no acknowledgement
             future.set_exception(exc)
 
-    async def confirm(self, pending: PendingPublish) -> PubAck:
-        """Wait until JetStream has stored the message (or already had it)."""
+    async def confirm(
+        self, pending: PendingPublish, *, may_resend: Callable[[], bool] | None = None
+    ) -> PubAck:
+        """Wait until JetStream has stored the message (or already had it).
+
+        ``may_resend`` is asked before each resend: an informer whose lease is no longer proven
+        (a pause past its TTL) must not send its old epoch's event again beside the new owner.
+        """
         delay = 0.05
         while True:
             if pending.future is not None:
@@ -151,6 +159,8 @@ class Publisher:
             )
             await asyncio.sleep(delay * (0.5 + random.random() / 2))
             delay = min(self._retry_max, delay * 2)
+            if may_resend is not None and not may_resend():
+                raise LeaseNotProven(f"not resending {pending.msg_id}: the lease is no longer proven")
             await self._send(pending)
 
     def _latency(self, kind_key: str) -> Histogram:
