@@ -154,6 +154,7 @@ class Fleet:
     kubeconfig_dir: Path
     log_dir: Path
     replicas: dict[str, Replica] = field(default_factory=dict)
+    ttl_ms: int = TTL_MS
 
     def env(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINWATCH_")}
@@ -162,7 +163,7 @@ class Fleet:
             "TRAINWATCH_NATS_URL": self.nats_url,
             "TRAINWATCH_REDIS_URL": self.redis_url,
             "TRAINWATCH_KUBECONFIG_DIR": str(self.kubeconfig_dir),
-            "TRAINWATCH_LEASE_TTL_MS": str(TTL_MS),
+            "TRAINWATCH_LEASE_TTL_MS": str(self.ttl_ms),
             "TRAINWATCH_HEALTH_INTERVAL": "0.5",  # readiness is read from health reports
             "TRAINWATCH_PUBLISH_ACK_TIMEOUT": "1",
             "TRAINWATCH_BACKOFF_INITIAL": "0.05",
@@ -216,8 +217,10 @@ async def sim() -> AsyncIterator[kubesim.Simulator]:
         yield simulator
 
 
-async def add_clusters(sim: kubesim.Simulator, count: int) -> list[kubesim.Cluster]:
-    return [await sim.add_cluster(f"c{i:02d}", kinds=KINDS) for i in range(count)]
+async def add_clusters(
+    sim: kubesim.Simulator, count: int, kinds: list[kubesim.KindSpec] = KINDS
+) -> list[kubesim.Cluster]:
+    return [await sim.add_cluster(f"c{i:02d}", kinds=kinds) for i in range(count)]
 
 
 # -- what the test observes: leases, health, the stream ------------------------------------------
@@ -291,8 +294,9 @@ class Leases:
 class Health:
     """The last health report of each (cluster, owner, epoch), from clusters.v1.health.*."""
 
-    def __init__(self, nc: NatsClient) -> None:
+    def __init__(self, nc: NatsClient, kinds: int = len(KINDS)) -> None:
         self.nc = nc
+        self.kinds = kinds  # informers per cluster once it streams
         self.last: dict[tuple[str, str, int], ClusterHealth] = {}
         self._sub: Any = None
 
@@ -312,7 +316,7 @@ class Health:
         report = self.last.get((cluster_id, owner, epoch))
         return (
             report is not None
-            and report.informers_running == len(KINDS)
+            and report.informers_running == self.kinds
             and report.watch_lag_seconds is not None
         )
 
@@ -524,12 +528,12 @@ async def assert_checkpoints_agree(redis_url: str, stream: StreamLog) -> None:
 
 @contextlib.asynccontextmanager
 async def observing(
-    nats_url: str, redis_url: str, cluster_ids: list[str]
+    nats_url: str, redis_url: str, cluster_ids: list[str], *, kinds: int = len(KINDS)
 ) -> AsyncIterator[tuple[NatsClient, Leases, Health, StreamLog]]:
     nc = await nats.connect(nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
         await ensure_streams(nc.jetstream())
-        health = Health(nc)
+        health = Health(nc, kinds)
         stream = StreamLog(nc)
         await health.start()
         await stream.start()
@@ -794,3 +798,51 @@ async def test_a_replica_paused_past_its_ttl_publishes_nothing_stale_once_resume
         assert max(stale) < first_new
         await assert_exactly_once(stream, scenarios.truth)
         await assert_checkpoints_agree(redis_url, stream)
+
+
+def owner_changes(leases: Leases, since: float) -> int:
+    """Clusters handed from one replica to another after ``since`` (a lapse in between counts once)."""
+    moves = 0
+    for changes in leases.changes.values():
+        previous: str | None = None
+        for at, holder in changes:
+            if holder is None:
+                continue
+            if previous is not None and holder[0] != previous and at >= since:
+                moves += 1
+            previous = holder[0]
+    return moves
+
+
+async def test_three_processes_share_sixty_clusters_twenty_each_and_scaling_moves_only_what_it_must(
+    sim: kubesim.Simulator, nats_url: str, redis_url: str, make_fleet: Callable[..., Fleet]
+) -> None:
+    """3 processes x 60 clusters (one kind each, to keep it light) settle at 20 each; a 4th
+    process takes 15 (exactly 15 clusters move); two SIGTERMed leave 2 x 30 (exactly their 30
+    move). Every cluster is streaming under its owner after each step."""
+    clusters = await add_clusters(sim, 60, kinds=[kubesim.PYTORCHJOB])
+    cluster_ids = [c.name for c in clusters]
+    fleet = make_fleet(nats_url, redis_url, clusters)
+    # No failover is timed here: a longer TTL keeps 20 clusters per process from lapsing while a
+    # loaded machine starts them all at once.
+    fleet.ttl_ms = 6000
+    async with observing(nats_url, redis_url, cluster_ids, kinds=1) as (_, leases, health, _stream):
+        for n in range(3):
+            fleet.start(f"w{n}")
+        await wait_ready(fleet, leases, health, shares={20}, timeout=60)
+
+        scaled_up = time.monotonic()
+        fleet.start("w3")
+        await wait_ready(fleet, leases, health, shares={15}, timeout=30)
+        assert owner_changes(leases, scaled_up) == 15  # the minimum: the newcomer's share
+
+        scaled_down = time.monotonic()
+        leaving = [fleet.replicas["w0"], fleet.replicas["w1"]]
+        must_move = len(leases.owned_by("w0")) + len(leases.owned_by("w1"))
+        for replica in leaving:
+            replica.signal(signal.SIGTERM)
+        for replica in leaving:
+            assert await replica.wait_exit(10) == 0, replica.log_tail()
+        await wait_ready(fleet, leases, health, shares={30}, timeout=30)
+        assert must_move == 30
+        assert owner_changes(leases, scaled_down) == must_move  # only the leavers' clusters moved
