@@ -211,15 +211,9 @@ async def run(clusters: int) -> None:
 
     children = []
     if not feishu_webhook:
-        sink_argv = [
-            *python,
-            "trainwatch_notifier.sink",
-            "--port",
-            str(ports["feishu-sink"]),
-            "--secret",
-            feishu_secret,
-        ]
-        children.append(Child("feishu-sink", sink_argv))
+        sink_argv = [*python, "trainwatch_notifier.sink", "--port", str(ports["feishu-sink"])]
+        # The secret goes in the environment: a command line is readable by anyone on the machine (ps).
+        children.append(Child("feishu-sink", sink_argv, {"TRAINWATCH_SINK_SECRET": feishu_secret}))
     children += [
         Child("registry", [*python, "trainwatch_registry"], {
             **common, "TRAINWATCH_HTTP_PORT": str(ports["registry"]),
