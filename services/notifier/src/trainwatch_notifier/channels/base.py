@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email.utils
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import httpx
@@ -51,6 +52,24 @@ class Channel(Protocol):
     def render_digest(self, digest: DigestFacts) -> Body: ...
 
     async def post(self, body: Body) -> None: ...
+
+
+class HttpChannel:
+    """What every channel holds: its name, its configuration, the notifier's shared HTTP client,
+    and the clock that signed channels read afresh for each attempt."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ChannelConfig,
+        client: httpx.AsyncClient,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self._client = client
+        self._clock = clock
 
 
 def retry_after_seconds(response: httpx.Response) -> float | None:

@@ -5,15 +5,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import time
-from collections.abc import Callable
 from urllib.parse import quote_plus
 
-import httpx
 import orjson
 
 from trainwatch_notifier.channels.base import (
     Body,
+    HttpChannel,
     PermanentSendError,
     RetryableSendError,
     json_of,
@@ -21,7 +19,6 @@ from trainwatch_notifier.channels.base import (
 )
 from trainwatch_notifier.render import text
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit
-from trainwatch_notifier.ruleset import ChannelConfig
 
 MAX_BODY_BYTES = 20_000
 SEND_TOO_FAST = 130101
@@ -42,20 +39,7 @@ def _at(mentions: list[Mention]) -> tuple[Body, str]:
     return {"atMobiles": mobiles, "atUserIds": user_ids, "isAtAll": False}, rendered
 
 
-class DingTalkChannel:
-    def __init__(
-        self,
-        name: str,
-        config: ChannelConfig,
-        client: httpx.AsyncClient,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.name = name
-        self.config = config
-        self._client = client
-        self._clock = clock
-
+class DingTalkChannel(HttpChannel):
     def _body(self, title: str, markdown: str, plain: str, at: Body) -> Body:
         if self.config.body_format == "text":
             return {"msgtype": "text", "text": {"content": plain}, "at": at}

@@ -5,14 +5,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import time
-from collections.abc import Callable
 
-import httpx
 import orjson
 
 from trainwatch_notifier.channels.base import (
     Body,
+    HttpChannel,
     PermanentSendError,
     RetryableSendError,
     json_of,
@@ -20,7 +18,6 @@ from trainwatch_notifier.channels.base import (
 )
 from trainwatch_notifier.render import feishu as render
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts
-from trainwatch_notifier.ruleset import ChannelConfig
 
 RATE_LIMITED = 11232
 # Codes that retrying cannot fix (§5.5), with the slug used in dead-letter subjects and metrics.
@@ -39,20 +36,7 @@ def feishu_sign(secret: str, timestamp: int) -> str:
     return base64.b64encode(hmac.new(key, b"", hashlib.sha256).digest()).decode()
 
 
-class FeishuChannel:
-    def __init__(
-        self,
-        name: str,
-        config: ChannelConfig,
-        client: httpx.AsyncClient,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.name = name
-        self.config = config
-        self._client = client
-        self._clock = clock
-
+class FeishuChannel(HttpChannel):
     def render(self, facts: JobFacts) -> Body:
         return render.message_body(facts, self.config.body_format)
 

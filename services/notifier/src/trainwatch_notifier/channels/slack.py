@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import httpx
 import orjson
 
-from trainwatch_notifier.channels.base import Body, PermanentSendError, post_bytes
+from trainwatch_notifier.channels.base import Body, HttpChannel, PermanentSendError, post_bytes
 from trainwatch_notifier.render import slack as render
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts
-from trainwatch_notifier.ruleset import ChannelConfig
 
 
-class SlackChannel:
-    def __init__(self, name: str, config: ChannelConfig, client: httpx.AsyncClient) -> None:
-        self.name = name
-        self.config = config
-        self._client = client
-
+class SlackChannel(HttpChannel):
     def render(self, facts: JobFacts) -> Body:
         return render.message_body(facts)
 

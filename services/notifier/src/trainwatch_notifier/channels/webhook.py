@@ -10,17 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import time
-from collections.abc import Callable
 
-import httpx
 import orjson
 
 from trainwatch_common import wrap_job_event
 from trainwatch_common.events.envelope import CONTENT_TYPE
-from trainwatch_notifier.channels.base import Body, post_bytes
+from trainwatch_notifier.channels.base import Body, HttpChannel, post_bytes
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts
-from trainwatch_notifier.ruleset import ChannelConfig
 
 SIGNATURE_HEADER = "Trainwatch-Signature"
 
@@ -30,20 +26,7 @@ def webhook_signature(secret: str, timestamp: int, body: bytes) -> str:
     return f"t={timestamp},v1={mac}"
 
 
-class WebhookChannel:
-    def __init__(
-        self,
-        name: str,
-        config: ChannelConfig,
-        client: httpx.AsyncClient,
-        *,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.name = name
-        self.config = config
-        self._client = client
-        self._clock = clock
-
+class WebhookChannel(HttpChannel):
     def render(self, facts: JobFacts) -> Body:
         body = wrap_job_event(facts.event).model_dump(mode="json", exclude_none=True)
         # CloudEvents extension attributes: lower-case alphanumerics only.

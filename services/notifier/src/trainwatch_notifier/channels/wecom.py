@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import httpx
 import orjson
 
 from trainwatch_notifier.channels.base import (
     Body,
+    HttpChannel,
     PermanentSendError,
     RetryableSendError,
     json_of,
@@ -14,7 +14,6 @@ from trainwatch_notifier.channels.base import (
 )
 from trainwatch_notifier.render import text
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit
-from trainwatch_notifier.ruleset import ChannelConfig
 
 MARKDOWN_MAX_BYTES = 4096
 TEXT_MAX_BYTES = 2048
@@ -25,12 +24,7 @@ def _size(value: str) -> int:
     return len(value.encode())
 
 
-class WeComChannel:
-    def __init__(self, name: str, config: ChannelConfig, client: httpx.AsyncClient) -> None:
-        self.name = name
-        self.config = config
-        self._client = client
-
+class WeComChannel(HttpChannel):
     def _body(self, markdown: str, plain: str, mentions: list[Mention]) -> Body:
         if self.config.body_format == "text":
             users = [m.user_id for m in mentions if m.user_id]
