@@ -27,6 +27,7 @@ from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, Nats
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
 from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
 from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.settings import WatcherSettings
@@ -50,6 +51,7 @@ class WatcherApp:
         *,
         connections: ConnectionSource | None = None,
         feed_factory: Callable[[NatsClient], ClusterFeed] | None = None,
+        history_factory: Callable[[NatsClient], StreamHistory] = StreamHistory,
         metrics: WatcherMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -57,6 +59,7 @@ class WatcherApp:
         self.metrics = metrics or WatcherMetrics()
         self._connections = connections
         self._feed_factory = feed_factory
+        self._history_factory = history_factory
         self.supervisor: ClusterSupervisor | None = None
         self.claims: ClaimLoop | None = None
         self.health_server: HealthServer | None = None
@@ -109,6 +112,7 @@ class WatcherApp:
                 owner=self.instance_id,
                 fence=self._lease_proven,
                 epoch_key=self._epoch_key,
+                history=self._history_factory(nc),
             )
 
             def make_worker(spec: ClusterSpec, epoch: int) -> ClusterWorker:

@@ -24,6 +24,7 @@ from trainwatch_watcher import errors
 from trainwatch_watcher.connections import ConnectionSource
 from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer import Informer, InformerSpec
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.kube.watching import Backoff
@@ -55,6 +56,9 @@ class WorkerDeps:
     # cluster_id -> the Redis key of its fencing epoch: checkpoints are written only while that
     # epoch is still the worker's (``StateStore.fenced``). None: unfenced (no leases, tests).
     epoch_key: Callable[[str], str] | None = None
+    # The JOBS stream, which every informer's checkpoint is set right by at start. None: trust
+    # the checkpoint alone (benchmarks of the hot path).
+    history: StreamHistory | None = None
 
 
 def informer_specs(
@@ -243,6 +247,7 @@ class ClusterWorker:
                 max_in_flight=self._settings.publish_max_in_flight,
                 on_kind_gone=self.request_rediscovery,
                 fence=self._deps.fence,
+                history=self._deps.history,
             )
             self.informers[key] = informer
             started = time.monotonic()

@@ -11,7 +11,8 @@
     │   ├── Unauthorized             401 or 403: the credentials are refused
     │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
     │   └── ApiError                 any other non-2xx answer (carries the status code)
-    └── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+    ├── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+    └── HistoryDiverged              the JOBS stream holds another event under an id we published
 """
 
 from __future__ import annotations
@@ -68,3 +69,8 @@ class WatchExpired(WatcherError):
 class LeaseNotProven(WatcherError):
     """This replica can no longer prove its lease on the cluster: publishing now could emit beside
     a new owner, so the informer stops before it publishes (the claim loop then stops the cluster)."""
+
+
+class HistoryDiverged(WatcherError):
+    """JetStream already held a different event under the id just published (another owner's
+    late event took it first): the informer starts again from what the stream holds."""

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from nats.js.api import PubAck
 from prometheus_client import Counter
 
 from trainwatch_common.events.clusters import WatchOptions
 from trainwatch_common.events.envelope import job_event_json
 from trainwatch_common.kinds import JobKind
-from trainwatch_watcher import errors, job_events, transitions
+from trainwatch_watcher import errors, job_events, recovery, transitions
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
@@ -100,9 +102,15 @@ class Informer(WatchHooks):
         max_in_flight: int = 1000,
         on_kind_gone: Any = None,
         fence: Callable[[str, int], bool] | None = None,
+        history: StreamHistory | None = None,
     ) -> None:
         self.spec = spec
         self._fence = fence
+        # The JOBS stream as the record of what was emitted; None only in benchmarks of the
+        # hot path and tests of one stage, which then trust the checkpoint alone.
+        self._history = history
+        # The checkpoint set right by the stream, held while a resume from the checkpoint replays.
+        self._records_for_relist: dict[str, JobRecord] | None = None
         self._client = client
         self._store = store
         self._publisher = publisher
@@ -123,6 +131,10 @@ class Informer(WatchHooks):
     # -- WatchHooks ---------------------------------------------------------------------------
     def on_relist(self, reason: str) -> None:
         self._metrics.relists.labels(self._kind_label, reason).inc()
+        if self._records_for_relist is not None:
+            self._metrics.cache_jobs.inc(len(self._records_for_relist) - len(self._records))
+            self._records = self._records_for_relist
+            self._records_for_relist = None
 
     def on_expired(self) -> None:
         self._metrics.expired.labels(self._kind_label).inc()
@@ -146,8 +158,24 @@ class Informer(WatchHooks):
         self._records = {
             uid: record for uid, record in checkpoint.records.items() if self._belongs(record.slot.namespace)
         }
-        self._metrics.cache_jobs.inc(len(self._records))
         resume_from = checkpoint.resource_versions.get(spec.scope)
+        if self._history is not None:
+            heads = await self._history.last_events(spec.cluster_id, spec.kind.key, spec.namespace)
+            recovered = recovery.recover(self._records, heads)
+            if recovered.behind:
+                self._metrics.checkpoint_corrections.labels(self._kind_label).inc(recovered.corrected)
+                log.warning(
+                    "checkpoint behind the JOBS stream",
+                    extra={"cluster": spec.cluster_id, "kind": self._kind_label, "jobs": recovered.corrected},
+                )
+                if resume_from is None:
+                    self._records = recovered.records  # a relist follows: diff it against the stream
+                else:
+                    # Resuming replays every change since the checkpoint from the checkpoint's own
+                    # records, so each event the stream already holds comes again, the same, under
+                    # its id. Only if that replay is refused (410) does the relist need the stream.
+                    self._records_for_relist = recovered.records
+        self._metrics.cache_jobs.inc(len(self._records))
         watcher = Watcher(
             client=self._client,
             target=WatchTarget(spec.kind, spec.namespace),
@@ -179,6 +207,8 @@ class Informer(WatchHooks):
         task = asyncio.current_task()  # looked up once: it is not cheap in Python 3.11
         async for item in watcher.run_forever():
             reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
+            if not watcher.listing:
+                self._records_for_relist = None  # the resume was accepted: its replay sets us right
             if isinstance(item, Progress):
                 self.status.last_heard = time.monotonic()
                 await self._queue.put(
@@ -405,7 +435,9 @@ class Informer(WatchHooks):
             while done < len(batch):
                 commit = batch[done]
                 if commit.pending is not None:
-                    await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                    ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                    if ack.duplicate and commit.emission is not None:
+                        await self._check_duplicate(ack, commit.pending.msg_id, commit.emission)
                     if commit.emission is not None:
                         emitted.child(commit.emission.change).inc()
                 write.merge(commit.write)
@@ -415,6 +447,33 @@ class Informer(WatchHooks):
             await self._store_with_retry(write)
             for _ in batch:
                 self._queue.task_done()
+
+    async def _check_duplicate(self, ack: PubAck, msg_id: str, emission: transitions.Emission) -> None:
+        """JetStream already held this id. A resend of the same event (its first send was stored,
+        the acknowledgement lost) is what de-duplication is for; a different event under the id
+        (a fenced-out owner's late publish got there first) means ours was dropped, and carrying
+        on would lose it. Then start again from what the stream holds: it relists and emits the
+        job's current state under the next sequence."""
+        if self._history is None:
+            return
+        stored = await self._history.stored_event(ack.seq)
+        if stored is None:
+            return  # aged out of the stream: there is nothing left to disagree with
+        same = (
+            stored.event_id == msg_id
+            and stored.change == emission.change
+            and stored.head.record is not None
+            and stored.head.record.slot.key == emission.slot.key
+        ) or (stored.event_id == msg_id and stored.change == "deleted" == emission.change)
+        if same:
+            return
+        self._metrics.event_id_conflicts.labels(self._kind_label).inc()
+        # A replay from this checkpoint would run into the same id again: the next start relists,
+        # against the jobs as the stream holds them. (Unfenced: at worst it costs an owner a relist.)
+        await self._store.forget_scope(self.spec.cluster_id, self.spec.kind.key, (), self.spec.scope)
+        raise errors.HistoryDiverged(
+            f"{msg_id}: the stream holds a different event under this id (stream sequence {ack.seq})"
+        )
 
     async def _store_with_retry(self, write: StateWrite) -> None:
         delay = 0.05

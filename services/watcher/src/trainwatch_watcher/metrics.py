@@ -25,6 +25,18 @@ class WatcherMetrics:
             registry=r,
         )
         self.relists = Counter("trainwatch_relists", "Full relists", ["kind", "reason"], registry=r)
+        self.checkpoint_corrections = Counter(
+            "trainwatch_checkpoint_corrections",
+            "Jobs whose Redis checkpoint was behind the JOBS stream (lost or stale) at informer start",
+            ["kind"],
+            registry=r,
+        )
+        self.event_id_conflicts = Counter(
+            "trainwatch_event_id_conflicts",
+            "Publishes whose id the stream already held for a different event (informer restarted)",
+            ["kind"],
+            registry=r,
+        )
         self.expired = Counter("trainwatch_watch_expired", "410 Gone answers", ["kind"], registry=r)
         self.reconnects = Counter(
             "trainwatch_watch_reconnects", "Watch reconnects after an error", ["kind", "error"], registry=r
