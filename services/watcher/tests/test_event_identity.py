@@ -27,7 +27,8 @@ import kubesim
 from trainwatch_common.events.envelope import wrap_job_event
 from trainwatch_common.events.jobs import JobStatusEvent, Phase
 from trainwatch_common.testing import eventually
-from trainwatch_watcher.history import StreamHead, StreamHistory
+from trainwatch_watcher.history import StreamHistory
+from trainwatch_watcher.recovery import StreamHead
 from trainwatch_watcher.state import PREFIX
 
 ALL = len(kubesim.ALL_KINDS)
@@ -49,12 +50,17 @@ async def _while_away(driver: kubesim.ScenarioDriver, changes: int) -> None:
     await eventually(lambda: len(driver.truth) >= at_start + changes, message="changes while away")
 
 
+def _demo(driver: kubesim.ScenarioDriver) -> asyncio.Task[None]:
+    # Long enough that every fault below happens while jobs still change.
+    return asyncio.create_task(
+        driver.run_demo(jobs=80, concurrency=10, kinds=demo_kinds(driver.cluster)), name="demo"
+    )
+
+
 async def _run_demo_around(
     driver: kubesim.ScenarioDriver, job_events: JobEvents, fault: Callable[[], Awaitable[None]]
 ) -> None:
-    demo = asyncio.create_task(
-        driver.run_demo(jobs=40, concurrency=10, kinds=demo_kinds(driver.cluster)), name="demo"
-    )
+    demo = _demo(driver)
     try:
         await eventually(lambda: len(job_events.events) > 30, message="events before the fault")
         await fault()
@@ -157,20 +163,18 @@ async def test_a_checkpoint_restored_from_an_older_snapshot_yields_to_the_stream
 
 
 class _LateStaleOwner(StreamHistory):
-    """The real stream history; once it has been read, a fenced-out owner's late publish lands
-    under the id the new owner is about to use (the race fencing cannot close: a publish that
-    left the old owner before its lease lapsed)."""
+    """The real stream history; once the new owner has read the stream, a fenced-out owner's
+    late publish lands under the id the new owner is about to use (the race fencing cannot
+    close: a publish that left the old owner before its lease lapsed)."""
 
-    def __init__(self, nc: NatsClient, forge: Callable[[dict[str, StreamHead]], Awaitable[None]]) -> None:
+    def __init__(self, nc: NatsClient, forge: Callable[[], Awaitable[None]]) -> None:
         super().__init__(nc)
         self._forge = forge
 
-    async def last_events(
-        self, cluster_id: str, kind_key: str, namespace: str | None
-    ) -> dict[str, StreamHead]:
-        heads = await super().last_events(cluster_id, kind_key, namespace)
-        await self._forge(heads)
-        return heads
+    async def last_sequence(self, cluster_id: str, kind_key: str, namespace: str | None) -> int:
+        last = await super().last_sequence(cluster_id, kind_key, namespace)
+        await self._forge()
+        return last
 
 
 async def test_an_id_taken_by_a_stale_owners_late_event_is_not_the_end_of_the_job(
@@ -203,8 +207,8 @@ async def test_an_id_taken_by_a_stale_owners_late_event_is_not_the_end_of_the_jo
 
     forged: list[str] = []
 
-    async def stale_owner_publishes(heads: dict[str, StreamHead]) -> None:
-        if forged or uid not in heads:
+    async def stale_owner_publishes() -> None:
+        if forged:
             return
         stale = created.model_copy(
             update={
@@ -260,3 +264,44 @@ def _metric(watcher: RunningWatcher, name: str) -> float:
             if sample.name == name:
                 total += sample.value
     return total
+
+
+class _CountingHistory(StreamHistory):
+    reads = 0
+
+    async def last_events(
+        self, cluster_id: str, kind_key: str, namespace: str | None
+    ) -> dict[str, StreamHead]:
+        type(self).reads += 1
+        return await super().last_events(cluster_id, kind_key, namespace)
+
+
+async def test_a_checkpoint_level_with_the_stream_is_resumed_without_reading_the_stream(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+) -> None:
+    """The start-up read costs O(jobs); after a graceful stop the checkpoint's mark is the
+    stream's last event of each scope, so one request per informer tells it there is nothing to read."""
+    alpha = await sim.add_cluster("alpha", kinds=[kubesim.kinds.BATCH_JOB, kubesim.kinds.PYTORCHJOB])
+    await registry.add(alpha)
+    await watcher.start(history_factory=_CountingHistory)
+    await watcher.wait_synced("alpha", informers=2)
+    driver = kubesim.ScenarioDriver(alpha, seed=45, rate=1000)
+    await driver.run_demo(jobs=10, concurrency=10, kinds=demo_kinds(alpha))
+    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
+    await watcher.stop()  # graceful: everything acknowledged is checkpointed
+    _CountingHistory.reads = 0
+    await watcher.start(history_factory=_CountingHistory)
+    await watcher.wait_synced("alpha", informers=2)
+    assert _CountingHistory.reads == 0, "a current checkpoint still read the stream"
+
+    await watcher.kill()
+    await redis.flushall()
+    await watcher.start(history_factory=_CountingHistory)
+    await watcher.wait_synced("alpha", informers=2)
+    assert _CountingHistory.reads == 2, "a lost checkpoint must be rebuilt from the stream"
+    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
+    assert_ids_name_one_event(job_events)

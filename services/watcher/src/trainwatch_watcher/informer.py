@@ -38,7 +38,7 @@ from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHoo
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
 from trainwatch_watcher.settings import WatchTimings
-from trainwatch_watcher.state import ALL_NAMESPACES, JobRecord, StateStore, StateWrite, trim
+from trainwatch_watcher.state import ALL_NAMESPACES, Checkpoint, JobRecord, StateStore, StateWrite, trim
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +159,7 @@ class Informer(WatchHooks):
             uid: record for uid, record in checkpoint.records.items() if self._belongs(record.slot.namespace)
         }
         resume_from = checkpoint.resource_versions.get(spec.scope)
-        if self._history is not None:
+        if self._history is not None and not await self._checkpoint_is_current(checkpoint):
             heads = await self._history.last_events(spec.cluster_id, spec.kind.key, spec.namespace)
             recovered = recovery.recover(self._records, heads)
             if recovered.behind:
@@ -196,6 +196,16 @@ class Informer(WatchHooks):
         finally:
             self._metrics.informers_running.dec()
             self._metrics.cache_jobs.dec(len(self._records))
+
+    async def _checkpoint_is_current(self, checkpoint: Checkpoint) -> bool:
+        """The checkpoint's mark is the stream's last event of this scope: nothing newer to read.
+
+        A stream that holds nothing of the scope (a new cluster) is also nothing to read; a mark
+        without records (the stream purged) reads the stream anyway, which is then empty."""
+        assert self._history is not None
+        spec = self.spec
+        last = await self._history.last_sequence(spec.cluster_id, spec.kind.key, spec.namespace)
+        return last == 0 or checkpoint.stream_marks.get(spec.scope) == last
 
     def _belongs(self, namespace: str) -> bool:
         """Records of this informer's scope (another namespace's informer owns the others)."""
@@ -429,6 +439,7 @@ class Informer(WatchHooks):
             reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
             batch = [await self._queue.get()]
             write = StateWrite()
+            stream_mark = 0
             done = 0
             # Confirm in order; whatever was queued while we waited for acknowledgements joins
             # this batch, so under load one Redis write covers many events.
@@ -438,12 +449,15 @@ class Informer(WatchHooks):
                     ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
                     if ack.duplicate and commit.emission is not None:
                         await self._check_duplicate(ack, commit.pending.msg_id, commit.emission)
+                    stream_mark = max(stream_mark, ack.seq or 0)
                     if commit.emission is not None:
                         emitted.child(commit.emission.change).inc()
                 write.merge(commit.write)
                 done += 1
                 while not self._queue.empty() and len(batch) < 1000:
                     batch.append(self._queue.get_nowait())
+            if stream_mark:
+                write.stream_marks[self.spec.scope] = stream_mark
             await self._store_with_retry(write)
             for _ in batch:
                 self._queue.task_done()
