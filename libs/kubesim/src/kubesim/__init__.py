@@ -36,7 +36,7 @@ from kubesim.kinds import (
 from kubesim.manifests import manifest
 from kubesim.scenarios import Options, ScenarioDriver
 from kubesim.simulator import Simulator
-from kubesim.store import Store
+from kubesim.store import Backup, Store
 from kubesim.truth import PHASES, NormState, TruthEntry, TruthLog
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "XGBOOSTJOB",
     "ApiError",
     "BackgroundSimulator",
+    "Backup",
     "Cluster",
     "Faults",
     "KindSpec",

@@ -122,6 +122,7 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
     verb = _verb(request, name)
     if not allowed:
         raise errors.forbidden(user, verb, spec, namespace, path)
+    cluster.check_storage(spec)  # after authorization, as the storage layer answers it
     if name is None:
         if verb in ("list", "watch"):
             return await _list_or_watch(cluster, request, spec, namespace, verb == "watch")
@@ -261,6 +262,7 @@ async def _list_or_watch(
             handle,
             resp.write,
             bookmark_interval=cluster.bookmark_interval,
+            watch_cache=cluster.watch_cache,
         )
         if not handle.dropped:
             await resp.write_eof()

@@ -15,13 +15,22 @@ import asyncio
 import random
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kubesim import errors, objects
 from kubesim.history import History, HistoryEvent, Key, StoredObject, encode, storage_key
 from kubesim.kinds import KindSpec, resolve_kind
 
-__all__ = ["HistoryEvent", "Store", "StoredObject", "storage_key"]
+__all__ = ["Backup", "HistoryEvent", "Store", "StoredObject", "storage_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backup:
+    """A snapshot of a store (``Store.backup``), for ``Store.restore``."""
+
+    resource_version: int
+    objects: dict[str, dict[Key, StoredObject]]
 
 
 class Store:
@@ -41,6 +50,8 @@ class Store:
         self._objects: dict[str, dict[Key, StoredObject]] = {}
         self._served: dict[str, KindSpec] = {}
         self._epochs: dict[str, int] = {}
+        # The resourceVersion of each resource's newest write (its watch cache's version).
+        self._resource_rv: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._changed_by: dict[str, asyncio.Event] = {}
         self._spec_cache: dict[KindSpec | str, KindSpec] = {}
@@ -136,6 +147,30 @@ class Store:
             if one is not None:
                 one.set()
 
+    def resource_rv(self, resource: str) -> int:
+        """The resourceVersion of the newest write of ``resource`` (0 if never written)."""
+        return self._resource_rv.get(resource, 0)
+
+    def backup(self) -> Backup:
+        """A copy of the current state, as an etcd snapshot would keep it."""
+        return Backup(self._rv, {resource: dict(bucket) for resource, bucket in self._objects.items()})
+
+    def restore(self, backup: Backup) -> None:
+        """Replace the state by ``backup`` (etcd restored from a snapshot): the resourceVersion
+        goes back to the backup's, objects created since are gone, deleted ones are back, and the
+        history starts at the backup (older resourceVersions get 410, newer ones wait)."""
+        self._rv = backup.resource_version
+        self._history = History(self._history.limit, backup.resource_version)
+        self._objects = {resource: {} for resource in self._served}
+        for resource, bucket in backup.objects.items():
+            if resource in self._objects:
+                self._objects[resource] = dict(bucket)
+        self._resource_rv = {
+            resource: max((o.rv for o in bucket.values()), default=0)
+            for resource, bucket in self._objects.items()
+        }
+        self._notify(None)
+
     def compact(self, rv: int | None = None) -> int:
         """Forget history up to ``rv`` (default: everything). Returns the compacted rv."""
         self._history.compact(self._rv if rv is None else min(rv, self._rv))
@@ -149,6 +184,7 @@ class Store:
 
     def _commit(self, spec: KindSpec, etype: str, obj: StoredObject, prev: StoredObject | None) -> None:
         self._history.append(HistoryEvent(obj.rv, etype, spec.resource, obj, prev))
+        self._resource_rv[spec.resource] = obj.rv
         self._notify(spec.resource)
 
     def _next_rv(self) -> int:
