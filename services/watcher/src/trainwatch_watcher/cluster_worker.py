@@ -25,6 +25,7 @@ from trainwatch_watcher.connections import ConnectionSource
 from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.health import HealthPublisher
 from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.kind_health import kinds_health
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.kube.watching import Backoff
 from trainwatch_watcher.metrics import WatcherMetrics
@@ -285,6 +286,7 @@ class ClusterWorker:
             owner=self._deps.owner,
             epoch=self.epoch,
             observed_at=datetime.now(UTC),
+            kinds=kinds_health(self.kinds_served, ((k[0], i.status) for k, i in self.informers.items())),
         )
 
     async def report_health(self, *, force: bool = False) -> None:
@@ -292,7 +294,13 @@ class ClusterWorker:
         lag = health.watch_lag_seconds
         if lag is not None:
             self._deps.metrics.watch_lag.labels(self.spec.id).set(lag)
-        key = (health.reachable, tuple(health.kinds_served), health.informers_running, health.last_error)
+        key = (
+            health.reachable,
+            tuple(health.kinds_served),
+            health.informers_running,
+            health.last_error,
+            tuple((k, h.state, h.recovered_at) for k, h in health.kinds.items()),
+        )
         now = time.monotonic()
         if (
             force
