@@ -185,3 +185,28 @@ async def test_a_sigtermed_server_keeps_open_watch_streams_and_refuses_new_conne
         await c.kill_streams()  # SIGKILL: the connection is gone, without a last chunk
         with pytest.raises(aiohttp.ClientPayloadError):
             await w.next()
+
+
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+async def test_crds_are_listed_and_watched_as_kinds_come_and_go(
+    sim: kubesim.Simulator, make_client: Any, watch: Any
+) -> None:
+    c = await sim.add_cluster("crds", tls=False, kinds=[kubesim.PYTORCHJOB, kubesim.BATCH_JOB])
+    client = make_client(c)
+    status, listing = await client.get(CRDS)
+    assert status == 200
+    assert [i["metadata"]["name"] for i in listing["items"]] == ["pytorchjobs.kubeflow.org"]  # not batch
+    start = listing["metadata"]["resourceVersion"]
+    async with watch(client, CRDS, resourceVersion=start) as w:
+        c.store.create("PyTorchJob", pj("a"))
+        c.remove_kind("PyTorchJob")  # its objects are deleted, then the CRD
+        c.serve_kind(kubesim.PYTORCHJOB)
+        events = [await w.next() for _ in range(2)]
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events if e] == [
+        ("DELETED", "pytorchjobs.kubeflow.org"),
+        ("ADDED", "pytorchjobs.kubeflow.org"),
+    ]
+    c.crds_readable = False  # RBAC without access to CRDs
+    assert (await client.get(CRDS))[0] == 403

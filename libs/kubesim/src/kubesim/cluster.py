@@ -60,6 +60,8 @@ class Cluster:
         # How long a kind's storage answers 429 "storage is (re)initializing" after its first
         # request (a CRD kind) or a restart (every kind); 0 turns the behaviour off.
         self.storage_init_seconds = storage_init_seconds
+        # RBAC on CustomResourceDefinitions: a watcher is often not allowed to read them (403).
+        self.crds_readable = True
         self._storage_ready_at: dict[str, float] = {}  # resource -> when its 429s end
         self._uninitialized_builtins: set[str] = set()  # built-in kinds re-initializing after a restart
         self._watch_timeout = watch_timeout

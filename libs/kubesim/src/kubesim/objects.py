@@ -246,3 +246,28 @@ def apply_patch(spec: KindSpec, old: dict[str, Any], patch: Any, patch_type: str
     if patch_type == "json":
         return patches.apply_json_patch(old, patch)
     raise errors.ApiError(415, f"the server does not support patch type {patch_type!r}")
+
+
+def crd_object(spec: KindSpec, *, uid: str) -> dict[str, Any]:
+    """The CustomResourceDefinition that serves ``spec`` (only what clients read of it)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": spec.resource, "uid": uid, "creationTimestamp": now(), "generation": 1},
+        "spec": {
+            "group": spec.group,
+            "names": {
+                "plural": spec.plural,
+                "singular": spec.singular,
+                "kind": spec.kind,
+                "listKind": spec.list_kind,
+            },
+            "scope": "Namespaced" if spec.namespaced else "Cluster",
+            "versions": [
+                {"name": spec.version, "served": True, "storage": True, "subresources": {"status": {}}}
+            ],
+        },
+        "status": {
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}]
+        },
+    }

@@ -20,7 +20,7 @@ from typing import Any
 
 from kubesim import errors, objects
 from kubesim.history import History, HistoryEvent, Key, StoredObject, encode, storage_key
-from kubesim.kinds import KindSpec, resolve_kind
+from kubesim.kinds import CRD, KindSpec, resolve_kind
 
 __all__ = ["Backup", "HistoryEvent", "Store", "StoredObject", "storage_key"]
 
@@ -55,8 +55,11 @@ class Store:
         self._changed = asyncio.Event()
         self._changed_by: dict[str, asyncio.Event] = {}
         self._spec_cache: dict[KindSpec | str, KindSpec] = {}
+        self._objects[CRD.resource] = {}
+        self._starting = True  # the CRDs of the kinds served from the start pre-exist: no events
         for spec in kinds:
             self.serve_kind(spec)
+        self._starting = False
 
     # ----------------------------------------------------------------- kinds
     @property
@@ -77,6 +80,8 @@ class Store:
         self._spec_cache.clear()
         self._objects.setdefault(spec.resource, {})
         self._epochs[spec.resource] = self._epochs.get(spec.resource, 0) + 1
+        if not spec.builtin:
+            self._write_crd(spec, "ADDED")
         self._notify()
 
     def remove_kind(self, kind: KindSpec | str) -> None:
@@ -88,7 +93,28 @@ class Store:
         del self._served[spec.resource]
         self._spec_cache.clear()
         self._epochs[spec.resource] += 1
+        if not spec.builtin:
+            self._write_crd(spec, "DELETED")
         self._notify()
+
+    def _write_crd(self, spec: KindSpec, etype: str) -> None:
+        """The kind's CustomResourceDefinition appears or goes, with a watch event (except for
+        the kinds served from the start, whose CRDs pre-exist at the initial resourceVersion)."""
+        bucket = self._objects[CRD.resource]
+        key = ("", spec.resource)
+        prev = bucket.get(key)
+        if etype == "DELETED":
+            if prev is not None:
+                self._store(CRD, prev.decode(), "DELETED", prev)
+            return
+        body = objects.crd_object(
+            spec, uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{spec.resource}/{spec.version}"))
+        )
+        if self._starting:
+            body["metadata"]["resourceVersion"] = str(self._rv)
+            bucket[key] = StoredObject("", spec.resource, body["metadata"]["uid"], self._rv, {}, encode(body))
+            return
+        self._store(CRD, body, "ADDED", prev)
 
     def spec(self, kind: KindSpec | str) -> KindSpec:
         """The served spec for ``kind`` (raises ``KeyError`` if not served)."""
@@ -161,7 +187,7 @@ class Store:
         history starts at the backup (older resourceVersions get 410, newer ones wait)."""
         self._rv = backup.resource_version
         self._history = History(self._history.limit, backup.resource_version)
-        self._objects = {resource: {} for resource in self._served}
+        self._objects = {resource: {} for resource in [*self._served, CRD.resource]}
         for resource, bucket in backup.objects.items():
             if resource in self._objects:
                 self._objects[resource] = dict(bucket)
