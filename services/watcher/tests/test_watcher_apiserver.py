@@ -127,16 +127,20 @@ async def test_an_idle_watch_without_bookmarks_is_not_reconnected_before_its_tim
     await watcher.start()
     try:
         await watcher.wait_synced("alpha", informers=1)
-        await eventually(lambda: alpha.hub.count == 1, message="watching")
-        watches = set(alpha.hub.active)
-        await _no_change_within(1.5, watches, lambda: set(alpha.hub.active))
+
+        def job_watches() -> set[object]:
+            return {h for h in alpha.hub.active if h.request.spec is not kubesim.CRD}
+
+        await eventually(lambda: len(job_watches()) == 1, message="watching")
+        watches = job_watches()
+        await _no_change_within(1.5, watches, job_watches)
         assert (
             _sample(watcher, "trainwatch_watch_reconnects_total", kind="pytorchjob", error="WatchStalled")
             == 0
         )
         # client-go's choice: a random timeoutSeconds in [w, 2w].
         (handle,) = watches
-        assert 3 <= handle.request.timeout <= 6, handle.request.timeout
+        assert 3 <= handle.request.timeout <= 6, handle.request.timeout  # type: ignore[attr-defined]
     finally:
         await watcher.stop()
 
@@ -268,5 +272,54 @@ async def test_credentials_forbidden_on_every_kind_are_reported_per_kind(
             return True
 
         await eventually(forbidden, message="403 on every kind reported as forbidden")
+    finally:
+        await watcher.stop()
+
+
+@pytest.mark.parametrize("crds_readable", [True, False], ids=["crd-watch", "404-fallback"])
+async def test_a_reinstalled_crd_is_watched_again_within_two_seconds(
+    nats_url: str,
+    redis_url: str,
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    job_events: JobEvents,
+    crds_readable: bool,
+) -> None:
+    settings = make_settings(nats_url, redis_url, rediscovery_interval=30.0, busy_retry=0.1)
+    watcher = RunningWatcher(settings, registry)
+    alpha = await sim.add_cluster(
+        "alpha", kinds=[kubesim.PYTORCHJOB, kubesim.BATCH_JOB], storage_init_seconds=0.3
+    )
+    alpha.crds_readable = crds_readable
+    await registry.add(alpha)
+    await watcher.start()
+    try:
+        await watcher.wait_synced("alpha", informers=2)
+        driver = kubesim.ScenarioDriver(alpha, seed=26, rate=None)
+        await driver.run_lifecycle("PyTorchJob", delete=False)
+        expected = truth_by_uid(driver.truth)
+        await wait_for_truth(job_events, expected)
+
+        alpha.remove_kind("PyTorchJob")  # DELETED for its objects, then 404
+        (uid,) = expected
+        expected[uid] = [*expected[uid], ("deleted", *expected[uid][-1][1:])]
+        await wait_for_truth(job_events, expected)
+        await eventually(
+            lambda: len(watcher.worker("alpha").informers) == 1, message="pytorchjob informer stopped"
+        )
+
+        started = time.monotonic()
+        alpha.serve_kind(kubesim.PYTORCHJOB)  # re-created: 429 while its storage initializes, then served
+        await watcher.wait_synced("alpha", informers=2, timeout=5)
+        noticed = time.monotonic() - started
+        logging.getLogger(__name__).warning(
+            "re-installed CRD (crds_readable=%s) watched again after %.3f s", crds_readable, noticed
+        )
+        assert noticed < 2.0
+
+        again = kubesim.ScenarioDriver(alpha, seed=27, rate=200)
+        await again.run_lifecycle("PyTorchJob", restarts=1)
+        expected.update(truth_by_uid(again.truth))
+        await wait_for_truth(job_events, expected)
     finally:
         await watcher.stop()

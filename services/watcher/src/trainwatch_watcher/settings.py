@@ -65,6 +65,14 @@ class WatcherSettings(WatchTimings, ClaimSettings):
         None, description="Folder of <cluster-id>.yaml kubeconfigs: a static cluster set, no registry needed"
     )
     health_interval: float = Field(30.0, gt=0, description="Cluster health is re-published this often")
+    kind_return_poll: float = Field(
+        1.0,
+        gt=0,
+        description="Where CRDs cannot be watched: rediscover this often after a kind went away (404)",
+    )
+    kind_return_window: float = Field(
+        600.0, gt=0, description="...for this long after it went away; then only every rediscovery_interval"
+    )
     publish_ack_timeout: float = Field(5.0, gt=0)
     publish_max_in_flight: int = Field(1000, ge=1, description="Unacknowledged publishes per informer")
     redis_max_connections: int = Field(50, ge=1, description="Redis connections shared by all informers")
