@@ -138,7 +138,11 @@ class SilenceWatchdog:
             if since is None or now - since < interval:
                 await asyncio.sleep(interval if since is None else interval - (now - since))
                 continue
-            verdict = await self._probe()
+            try:
+                verdict = await self._probe()
+            except Exception as exc:  # a bug or an odd answer must not leave the stream unguarded
+                log.warning("silence probe failed", extra={"path": self._path, "error": repr(exc)})
+                verdict = None
             if verdict is None:
                 self._state.waiting()  # all well: the next probe after another quiet interval
                 continue
