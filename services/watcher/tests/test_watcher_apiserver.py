@@ -22,6 +22,7 @@ from watcher_harness import (
 
 import kubesim
 from trainwatch_common.testing import eventually
+from trainwatch_watcher.kind_health import kinds_health
 
 Expected = dict[str, list[tuple[str, str, str | None, bool]]]
 
@@ -239,6 +240,16 @@ async def test_a_sigtermed_apiserver_keeping_its_streams_does_not_hold_the_watch
     try:
         await watcher.wait_synced("alpha", informers=1)
         await alpha.terminate()  # open streams stay open, silent
+        informer = watcher.worker("alpha").informers[("pytorchjob", "*")]
+        # While nothing listens, the open stream does not pass for a healthy watch.
+        await eventually(
+            lambda: (
+                kinds_health(["pytorchjob"], [("pytorchjob", informer.status)])["pytorchjob"].state
+                == "failing"
+            ),
+            timeout=3,
+            message="a stopped server is noticed behind its open stream",
+        )
         await alpha.restart(kill_old=False)  # the new apiserver serves; the old one lingers
         driver = kubesim.ScenarioDriver(alpha, seed=25, rate=500)
         started = time.monotonic()
