@@ -1,6 +1,6 @@
 """Benchmark: what reading the JOBS stream at informer start costs, against the relist it sits beside.
 
-    uv run python bench/checkpoint_recovery/run.py [--jobs 5000] [--events-per-job 4] [--noise 10] [--trials 5]
+    uv run python bench/checkpoint_recovery/run.py [--jobs 5000] [--events-per-job 4] [--noise 10]
 
 Every informer start now reads the last JOBS event of each of its jobs (``StreamHistory.last_events``,
 one ephemeral LAST_PER_SUBJECT consumer) to set its checkpoint right. The stream holds
@@ -145,7 +145,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--events-per-job", type=int, default=4)
     parser.add_argument("--noise", type=int, default=10, help="other clusters with as many events")

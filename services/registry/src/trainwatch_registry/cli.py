@@ -118,6 +118,25 @@ def _watch(watch: dict[str, Any]) -> str:
     return f"{kinds} in {spaces}" + (f" except {', '.join(excluded)}" if excluded else "")
 
 
+def _kinds_in(health: dict[str, Any], state: str) -> list[str]:
+    kinds = health.get("kinds") or {}
+    return sorted(key for key, kind in kinds.items() if (kind or {}).get("state") == state)
+
+
+def _health_state(health: dict[str, Any]) -> str:
+    """The HEALTH column: reachable is not enough, a cluster whose every kind is forbidden
+    watches nothing."""
+    if not health:
+        return "unknown"
+    if not health.get("reachable"):
+        return "[red]down[/]"
+    if _kinds_in(health, "forbidden"):
+        return "[red]forbidden[/]"
+    if _kinds_in(health, "failing"):
+        return "[yellow]degraded[/]"
+    return "[green]ok[/]"
+
+
 def _health(health: dict[str, Any]) -> str:
     if not health:
         return "unknown"
@@ -126,16 +145,28 @@ def _health(health: dict[str, Any]) -> str:
         if health.get("reachable")
         else f"[red]unreachable[/] {health.get('last_error') or ''}"
     )
-    return f"{state} (at {health.get('observed_at')})"
+    lines = [f"{state} (at {health.get('observed_at')})"]
+    for label, kind_state in (
+        ("watching", "watching"),
+        ("starting", "starting"),
+        ("forbidden (403)", "forbidden"),
+        ("failing", "failing"),
+    ):
+        if kinds := _kinds_in(health, kind_state):
+            lines.append(f"{label}: {', '.join(kinds)}")
+    return "\n".join(lines)
 
 
 def _show_report(report: dict[str, Any]) -> None:
+    access = report.get("kinds") or {}
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
         out.print(f"[green]ok[/] {report['server']} Kubernetes {version}; job kinds served: {kinds}")
     else:
         out.print(f"[red]failed[/] {report['server']}: {report.get('error')}")
+    for key in sorted(access):
+        out.print(f"  {key}: {access[key]}")
 
 
 def _watch_body(
@@ -210,7 +241,7 @@ def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
     table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
-        state = "unknown" if not health else ("[green]ok[/]" if health.get("reachable") else "[red]down[/]")
+        state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
             c["id"],

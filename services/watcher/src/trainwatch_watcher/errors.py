@@ -7,11 +7,14 @@
     │   ├── ConnectionUnavailable    the registry (or the kubeconfig folder) has no usable connection
     │   ├── InvalidKubeconfig        the kubeconfig cannot be used (no server, bad PEM...)
     │   ├── Unreachable              TCP/TLS/HTTP transport failure, timeout, 5xx
-    │   │   └── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   ├── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   ├── StorageInitializing  429: the kind's storage is (re)initializing; the expected wait
+    │   │   └── StreamAbandoned      an open watch that the server no longer backs (probe failed)
     │   ├── Unauthorized             401 or 403: the credentials are refused
     │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
     │   └── ApiError                 any other non-2xx answer (carries the status code)
     ├── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+    │   └── ResourceVersionAhead     the server is behind our resourceVersion (etcd restored); relist
     └── HistoryDiverged              the JOBS stream holds another event under an id we published
 """
 
@@ -42,6 +45,17 @@ class WatchStalled(Unreachable):
     """A watch stream was silent for longer than the read timeout (a silent partition)."""
 
 
+class StorageInitializing(Unreachable):
+    """429 (``storage is (re)initializing``, or any Too Many Requests): a real apiserver answers
+    this for a CRD kind's first requests and for every kind after a restart. Waited out, not a
+    failure."""
+
+
+class StreamAbandoned(Unreachable):
+    """An open watch stream was given up: a probe on a new connection showed the server behind it
+    no longer answers (SIGTERMed, partitioned) or that the stream missed events."""
+
+
 class Unauthorized(ClusterError):
     """The API server refused the credentials (401) or the permissions (403)."""
 
@@ -64,6 +78,12 @@ class ApiError(ClusterError):
 
 class WatchExpired(WatcherError):
     """410 Gone: the resourceVersion or continue token is too old; the informer relists."""
+
+
+class ResourceVersionAhead(WatchExpired):
+    """Our resourceVersion is ahead of the server's (etcd wiped or restored from a backup, a cluster
+    re-created behind the same endpoint). A real apiserver answers such a watch with 200 and then
+    silence, so this is detected by comparing versions; the answer is a relist, as for a 410."""
 
 
 class LeaseNotProven(WatcherError):

@@ -87,6 +87,13 @@ class InformerStatus:
         self.last_heard: float | None = None
         self.last_error: str | None = None
         self.synced = False
+        # The class of the last error (Unauthorized, KindNotServed...): the kind's health state.
+        self.error: errors.WatcherError | None = None
+        # 429 "storage is (re)initializing" last answered, and not yet listed since: starting.
+        self.waiting = False
+        # The last time the server was found behind our resourceVersion, and what was seen.
+        self.recovered: str | None = None
+        self.recovered_at: datetime | None = None
 
 
 class Informer(WatchHooks):
@@ -142,6 +149,7 @@ class Informer(WatchHooks):
     def on_reconnect(self, error: BaseException) -> None:
         self._metrics.reconnects.labels(self._kind_label, type(error).__name__).inc()
         self.status.last_error = str(error)
+        self.status.error = error if isinstance(error, errors.WatcherError) else None
         if isinstance(error, errors.KindNotServed) and self._on_kind_gone is not None:
             self._on_kind_gone()
 
@@ -149,7 +157,19 @@ class Informer(WatchHooks):
         """Listed, or a watch resumed from the checkpoint: from here on we are current."""
         self.status.last_heard = time.monotonic()
         self.status.last_error = None
+        self.status.error = None
+        self.status.waiting = False
         self.status.synced = True
+
+    def on_resource_version_ahead(self, error: errors.ResourceVersionAhead) -> None:
+        """Reported in health until the next one: an operator should know the cluster's state
+        went back in time (etcd restored) and that we relisted to follow it."""
+        self.status.recovered = str(error)
+        self.status.recovered_at = datetime.now(UTC)
+
+    def on_waiting(self, error: errors.StorageInitializing) -> None:
+        """The server's storage for this kind is (re)initializing: the expected wait, no error."""
+        self.status.waiting = True
 
     # -- running ------------------------------------------------------------------------------
     async def run(self) -> None:

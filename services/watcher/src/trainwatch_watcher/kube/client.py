@@ -174,14 +174,18 @@ class KubeClient:
         return value
 
     @contextlib.asynccontextmanager
-    async def stream_lines(self, path: str, params: Mapping[str, str]) -> AsyncIterator[AsyncIterator[bytes]]:
+    async def stream_lines(
+        self, path: str, params: Mapping[str, str], *, read_timeout: float | None = None
+    ) -> AsyncIterator[AsyncIterator[bytes]]:
         """Open a watch stream and iterate its newline-delimited JSON lines.
 
-        Every read must bring data within ``read_timeout``; a silence longer than that raises
-        ``WatchStalled`` (the server sends bookmarks well within it on a healthy connection).
+        Every read must bring data within ``read_timeout`` (default: the settings'); a silence
+        longer than that raises ``WatchStalled``. The caller picks it longer than the watch's
+        ``timeoutSeconds``: an idle watch on a real server may get no bookmark at all.
         """
+        read_timeout = read_timeout or self._timings.read_timeout
         timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=self._timings.connect_timeout, sock_read=self._timings.read_timeout
+            total=None, sock_connect=self._timings.connect_timeout, sock_read=read_timeout
         )
         try:
             async with self._session.get(
@@ -197,7 +201,7 @@ class KubeClient:
         except errors.WatcherError:
             raise
         except aiohttp.ServerTimeoutError as exc:
-            raise errors.WatchStalled(f"watch {path}: no data for {self._timings.read_timeout:g}s") from exc
+            raise errors.WatchStalled(f"watch {path}: no data for {read_timeout:g}s") from exc
         except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
             raise errors.Unreachable(f"watch {path}: {_describe(exc)}") from exc
 
@@ -279,7 +283,9 @@ def error_for_status(status: int, message: str) -> errors.WatcherError:
         return errors.KindNotServed(message)
     if status == 410:
         return errors.WatchExpired(message)
-    if status == 429 or status >= 500:
+    if status == 429:
+        return errors.StorageInitializing(message)
+    if status >= 500:
         return errors.Unreachable(message)
     return errors.ApiError(message, status=status)
 
