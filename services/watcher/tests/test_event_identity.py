@@ -21,6 +21,7 @@ from watcher_harness import (
     RunningWatcher,
     assert_consistent_with_truth,
     demo_kinds,
+    make_settings,
 )
 
 import kubesim
@@ -305,3 +306,47 @@ async def test_a_checkpoint_level_with_the_stream_is_resumed_without_reading_the
     assert _CountingHistory.reads == 2, "a lost checkpoint must be rebuilt from the stream"
     await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
     assert_ids_name_one_event(job_events)
+
+
+async def test_a_deleted_job_brought_back_by_an_etcd_restore_continues_after_its_deletion(
+    nats_url: str, redis_url: str, sim: kubesim.Simulator, registry: FakeRegistry, job_events: JobEvents
+) -> None:
+    """A restored etcd brings back a job deleted after the backup, with its old uid: reported
+    from sequence 0 again, its events were the ids of its first ones and JetStream dropped them."""
+    settings = make_settings(
+        nats_url, redis_url, watch_timeout_seconds=2, read_timeout=1.0, silence_probe_interval=0.5
+    )
+    watcher = RunningWatcher(settings, registry)
+    alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB], seed=46)
+    await registry.add(alpha)
+    await watcher.start()
+    try:
+        await watcher.wait_synced("alpha", informers=1)
+        driver = kubesim.ScenarioDriver(alpha, seed=46, rate=None)
+        await driver.run_lifecycle("PyTorchJob", name="comes-back", delete=False)
+        uid = next(t.uid for t in driver.truth if t.name == "comes-back")
+        backup = alpha.backup()
+        alpha.store.delete(kubesim.PYTORCHJOB, "default", "comes-back")
+        await eventually(lambda: _changes(job_events, uid)[-1:] == ["deleted"], message="its deletion")
+        deleted_at = len(_changes(job_events, uid)) - 1
+
+        await alpha.restore(backup, restart=True)
+        await eventually(
+            lambda: _sequences(job_events, uid)[deleted_at + 1 :] == [deleted_at + 1],
+            timeout=10,
+            message="the job back, after its deletion",
+        )
+        back = [e for e in job_events.events if e.job.uid == uid][-1]
+        assert back.change == "created"
+        assert (back.phase.value, back.terminal) == (driver.truth[-1].phase, driver.truth[-1].terminal)
+        assert_ids_name_one_event(job_events)
+    finally:
+        await watcher.stop()
+
+
+def _changes(job_events: JobEvents, uid: str) -> list[str]:
+    return [e.change for e in job_events.events if e.job.uid == uid]
+
+
+def _sequences(job_events: JobEvents, uid: str) -> list[int]:
+    return [e.sequence for e in job_events.events if e.job.uid == uid]

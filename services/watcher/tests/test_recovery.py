@@ -52,3 +52,19 @@ def test_an_empty_stream_and_checkpoint_recover_nothing() -> None:
     result = recover({}, {})
     assert result.records == {}
     assert not result.behind
+
+
+def test_jobs_the_stream_holds_as_deleted_are_remembered_as_closed() -> None:
+    result = recover({"open": record(1)}, {"open": StreamHead(1, record(1)), "gone": StreamHead(4, None)})
+    assert result.closed == {"gone": 4}
+    assert "gone" not in result.records
+
+
+def test_a_job_back_after_its_deletion_is_created_after_it() -> None:
+    from trainwatch_watcher import transitions
+
+    emission = transitions.observe(
+        None, NormalizedStatus(phase=Phase.RUNNING), namespace="default", name="bert", closed_at=4
+    )
+    assert emission is not None
+    assert (emission.change, emission.sequence, emission.slot.sequence) == ("created", 5, 5)

@@ -118,6 +118,12 @@ class Informer(WatchHooks):
         self._history = history
         # The checkpoint set right by the stream, held while a resume from the checkpoint replays.
         self._records_for_relist: dict[str, JobRecord] | None = None
+        self._closed_for_relist: dict[str, int] = {}
+        # uid -> sequence of its deletion, of jobs the stream holds as deleted, during a relist
+        # that may bring one back (``recovery.Recovered.closed``); emptied once the list is done.
+        self._closed: dict[str, int] = {}
+        # The server went back in time (etcd restored): read the deletions before the relist.
+        self._read_closed_before_relist = False
         self._client = client
         self._store = store
         self._publisher = publisher
@@ -141,6 +147,7 @@ class Informer(WatchHooks):
         if self._records_for_relist is not None:
             self._metrics.cache_jobs.inc(len(self._records_for_relist) - len(self._records))
             self._records = self._records_for_relist
+            self._closed = self._closed_for_relist
             self._records_for_relist = None
 
     def on_expired(self) -> None:
@@ -166,6 +173,7 @@ class Informer(WatchHooks):
         went back in time (etcd restored) and that we relisted to follow it."""
         self.status.recovered = str(error)
         self.status.recovered_at = datetime.now(UTC)
+        self._read_closed_before_relist = True
 
     def on_waiting(self, error: errors.StorageInitializing) -> None:
         """The server's storage for this kind is (re)initializing: the expected wait, no error."""
@@ -190,11 +198,13 @@ class Informer(WatchHooks):
                 )
                 if resume_from is None:
                     self._records = recovered.records  # a relist follows: diff it against the stream
+                    self._closed = recovered.closed
                 else:
                     # Resuming replays every change since the checkpoint from the checkpoint's own
                     # records, so each event the stream already holds comes again, the same, under
                     # its id. Only if that replay is refused (410) does the relist need the stream.
                     self._records_for_relist = recovered.records
+                    self._closed_for_relist = recovered.closed
         self._metrics.cache_jobs.inc(len(self._records))
         watcher = Watcher(
             client=self._client,
@@ -216,6 +226,14 @@ class Informer(WatchHooks):
         finally:
             self._metrics.informers_running.dec()
             self._metrics.cache_jobs.dec(len(self._records))
+
+    async def _read_closed(self) -> None:
+        """The deletions the stream holds, for a relist of a server that went back in time."""
+        if self._history is None:
+            return
+        spec = self.spec
+        heads = await self._history.last_events(spec.cluster_id, spec.kind.key, spec.namespace)
+        self._closed = recovery.recover(self._records, heads).closed
 
     async def _checkpoint_is_current(self, checkpoint: Checkpoint) -> bool:
         """The checkpoint's mark is the stream's last event of this scope: nothing newer to read.
@@ -239,6 +257,10 @@ class Informer(WatchHooks):
             reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
             if not watcher.listing:
                 self._records_for_relist = None  # the resume was accepted: its replay sets us right
+                self._closed_for_relist = {}
+            elif self._read_closed_before_relist:
+                self._read_closed_before_relist = False
+                await self._read_closed()
             if isinstance(item, Progress):
                 self.status.last_heard = time.monotonic()
                 await self._queue.put(
@@ -316,7 +338,8 @@ class Informer(WatchHooks):
         related = await self._companion(namespace, name, _resource_version(obj["metadata"]))
         status = normalize_object(self.spec.kind, obj, record.last if record else None, related=related)
         previous = record.slot if record else None
-        emission = transitions.observe(previous, status, namespace=namespace, name=name)
+        closed_at = self._closed.get(uid) if previous is None and self._closed else None
+        emission = transitions.observe(previous, status, namespace=namespace, name=name, closed_at=closed_at)
         trimmed = trim(status)
         if emission is not None:
             new = JobRecord(slot=emission.slot, last=trimmed, inputs=inputs)
@@ -407,6 +430,7 @@ class Informer(WatchHooks):
 
     async def _on_synced(self, synced: Synced) -> None:
         """After a (re)list: whatever we remember that the list did not contain is gone."""
+        self._closed = {}  # only a relist can bring a deleted job back
         gone = [uid for uid in self._records if uid not in synced.uids]
         for uid in gone:
             record = self._records.pop(uid)

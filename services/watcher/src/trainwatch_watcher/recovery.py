@@ -33,6 +33,10 @@ class Recovered:
     # be resumed from, a relist is needed.
     behind: bool = False
     corrected: int = 0  # jobs whose record came from the stream
+    # uid -> the sequence of its deletion, for jobs the stream holds as deleted. Kubernetes never
+    # reuses a uid, but an etcd restored from a backup brings a deleted job back: its events
+    # continue after its deletion, or they would reuse its first ids.
+    closed: dict[str, int] = field(default_factory=dict)
 
 
 def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> Recovered:
@@ -49,6 +53,8 @@ def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> 
             result.records[uid] = head.record
         # else: the stream holds its deletion: the job is closed, nothing to remember
     for uid, head in stream.items():
+        if head.record is None and uid not in result.records:
+            result.closed[uid] = head.sequence
         if uid in checkpoint or head.record is None:
             continue
         # Emitted and still open, but unknown to the checkpoint: lost or never written.
