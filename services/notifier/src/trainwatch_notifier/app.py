@@ -15,7 +15,7 @@ from nats.aio.client import Client as NATS
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from trainwatch_common import LeaseManager, ensure_consumer, ensure_streams
+from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.streams import NOTIFIER_CONSUMER
 from trainwatch_notifier.clusters import ClusterDirectory
@@ -113,7 +113,6 @@ class Notifier:
         consumer = JobConsumer(
             js,
             redis=redis,
-            leases=LeaseManager(redis, prefix=settings.redis_prefix),
             workers=workers,
             ruleset=lambda: self.rules.current,
             cluster_labels=self.clusters.labels,

@@ -16,9 +16,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from pydantic import ValidationError
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
-from trainwatch_common import JobStatusEvent, LeaseManager, parse_job_event
+from trainwatch_common import JobStatusEvent, parse_job_event
 from trainwatch_common.streams import NOTIFIER_CONSUMER
 from trainwatch_notifier import metrics
 from trainwatch_notifier.deadletter import DeadLetters
@@ -66,7 +65,6 @@ class JobConsumer:
         js: JetStreamContext,
         *,
         redis: Redis,
-        leases: LeaseManager,
         workers: ChannelWorkers,
         ruleset: Callable[[], Ruleset | None],
         cluster_labels: Callable[[str], dict[str, str]],
@@ -76,7 +74,6 @@ class JobConsumer:
     ) -> None:
         self._js = js
         self._redis = redis
-        self._leases = leases  # for the epoch key's name: trainwatch:epoch:<cluster_id>
         self._workers = workers
         self._ruleset = ruleset
         self._cluster_labels = cluster_labels
@@ -109,45 +106,22 @@ class JobConsumer:
                     log.warning("fetch failed, retrying", extra={"error": repr(exc)})
                     await asyncio.sleep(1.0)
                     continue
-                if not await self.handle_batch(messages):
-                    await asyncio.sleep(1.0)  # Redis is away: don't spin on the same messages
+                await self.handle_batch(messages)
         finally:
             with contextlib.suppress(Exception):
                 await subscription.unsubscribe()
 
-    async def handle_batch(self, messages: list[Msg]) -> bool:
-        """Route a fetched batch; False if it had to be put back because Redis is down.
+    async def handle_batch(self, messages: list[Msg]) -> None:
+        """Route a fetched batch.
 
-        The current epochs of all the batch's clusters are read in one round trip.
+        No event is dropped for its epoch: fencing stops a stale watcher from publishing, but a
+        copy it did publish may be the only one (the new owner's has the same event id and
+        JetStream drops it as a duplicate). Copies are told apart by event id, not by epoch.
         """
-        parsed: list[tuple[Msg, JobStatusEvent]] = []
         for msg in messages:
             event = await self._parse(msg)
             if event is not None:
-                parsed.append((msg, event))
-        if not parsed:
-            return True
-        try:
-            epochs = await self._current_epochs({event.job.cluster_id for _, event in parsed})
-        except RedisError as exc:
-            log.warning("redis unavailable, events put back", extra={"error": repr(exc)})
-            for msg, _ in parsed:
-                await msg.nak(delay=RETRY_DELAY_SECONDS)
-            return False
-        for msg, event in parsed:
-            await self._route(msg, event, epochs[event.job.cluster_id])
-        return True
-
-    async def handle(self, msg: Msg) -> bool:
-        return await self.handle_batch([msg])
-
-    async def _current_epochs(self, cluster_ids: set[str]) -> dict[str, int]:
-        ids = sorted(cluster_ids)
-        values = await self._redis.mget([self._leases.epoch_key(cluster_id) for cluster_id in ids])
-        return {
-            cluster_id: int(value) if value is not None else 0
-            for cluster_id, value in zip(ids, values, strict=True)
-        }
+                await self._route(msg, event)
 
     async def _parse(self, msg: Msg) -> JobStatusEvent | None:
         try:
@@ -171,16 +145,7 @@ class JobConsumer:
             await msg.ack()
             return None
 
-    async def _route(self, msg: Msg, event: JobStatusEvent, current_epoch: int) -> None:
-        if event.epoch < current_epoch:
-            # From a watcher that has since lost the cluster to another: its view may be stale.
-            metrics.EVENTS.labels("stale_epoch").inc()
-            log.info(
-                "ignoring an event from a fenced-out watcher",
-                extra={"event_id": event.event_id, "epoch": event.epoch, "current_epoch": current_epoch},
-            )
-            await msg.ack()
-            return
+    async def _route(self, msg: Msg, event: JobStatusEvent) -> None:
         ruleset = self._ruleset()
         labels = self._cluster_labels(event.job.cluster_id)
         deliveries = route(event, cluster_labels=labels, ruleset=ruleset) if ruleset else []

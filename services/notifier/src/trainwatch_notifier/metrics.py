@@ -6,7 +6,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS = Counter(
     "trainwatch_notifier_events_total",
-    "Job events consumed, by outcome (routed, unmatched, stale_epoch, malformed)",
+    "Job events consumed, by outcome (routed, unmatched, malformed)",
     ["outcome"],
 )
 DELIVERIES = Counter(
