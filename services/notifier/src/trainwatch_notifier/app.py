@@ -94,7 +94,7 @@ class Notifier:
                 instance=self.instance,
             ),
             deadletters=deadletters,
-            limits=BotLimits(redis=redis, prefix=settings.redis_prefix, instance=self.instance)
+            limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
             if settings.shared_rate_limits
             else BotLimits(),
             dashboard_url=settings.dashboard_url,
