@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -40,7 +41,9 @@ class Notifier:
         after_sent: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
-        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
+        # Random per start: a restarted container has the same host name and pid, and the
+        # "sending" markers it leaves must not look like its predecessor's.
+        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._http_client = http_client
         self._after_sent = after_sent
         self.rules = RulesSource(settings.rules_file, poll_seconds=settings.rules_poll_seconds)
