@@ -23,7 +23,9 @@ class NotifierSettings(ServiceSettings):
         14 * 24 * 3600, gt=0, description="How long a (event, channel) send is remembered (> JOBS max_age)"
     )
     unconfirmed_after_seconds: float = Field(
-        120.0, gt=0, description="Age after which a 'sending' marker is judged left behind by a crash"
+        120.0,
+        gt=0,
+        description="Age after which a 'held' or 'sending' marker is judged left behind by a crash",
     )
     unconfirmed_policy: Literal["deadletter", "resend"] = Field(
         "deadletter",
