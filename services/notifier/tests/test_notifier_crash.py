@@ -12,12 +12,20 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from notifier_chat_sinks import WEBHOOK_SECRET, ChatSinks
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_support import (
+    all_acked,
+    consumer_with_ack_wait,
+    feishu_rules,
+    kill,
+    make_event,
+    notifier_process,
+    publish,
+    running,
+    settings_for,
+)
 from redis.asyncio import Redis
 
-from trainwatch_common import ensure_streams
 from trainwatch_common.testing import eventually
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.deadletter import REASON_HEADER
@@ -26,22 +34,7 @@ from trainwatch_notifier.sink import FeishuSink
 
 async def short_ack_wait_consumer(js: JetStreamContext) -> None:
     """The durable consumer as production has it, but redelivering after 1 s instead of 60 s."""
-    await ensure_streams(js)
-    await js.add_consumer(
-        "JOBS",
-        config=ConsumerConfig(
-            durable_name="notifier",
-            deliver_policy=DeliverPolicy.NEW,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=1.0,
-            max_ack_pending=1000,
-        ),
-    )
-
-
-async def all_acked(js: JetStreamContext) -> bool:
-    info = await js.consumer_info("JOBS", "notifier")
-    return info.num_ack_pending == 0 and info.num_pending == 0
+    await consumer_with_ack_wait(js, 1.0)
 
 
 async def test_cancelled_after_the_send_is_recorded_and_before_the_ack(
@@ -133,20 +126,6 @@ async def test_killed_process_between_send_and_ack(
         [letter] = await subscription.fetch(1, timeout=5)
         assert letter.headers is not None
         assert letter.headers[REASON_HEADER] == "unconfirmed-send"
-
-
-def notifier_process(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    log = log_path.open("ab")
-    command = [sys.executable, "-m", "trainwatch_notifier"]
-    try:
-        return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
-    finally:
-        log.close()  # the child has its own copy
-
-
-def kill(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGKILL)
-    process.wait(10)
 
 
 async def test_killed_while_waiting_on_the_rate_limit_is_sent_after_the_restart(
