@@ -25,6 +25,7 @@ from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
+from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.rules_source import RulesSource
 from trainwatch_notifier.settings import NotifierSettings
 from trainwatch_notifier.workers import ChannelWorkers
@@ -113,9 +114,17 @@ class Notifier:
         assert self.rules.current is not None
         workers.apply(self.rules.current)
         self.rules.on_change = workers.apply
+        health = HealthServer(
+            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
+        )
+        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
+        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
+        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
         consumer = JobConsumer(
             js,
-            redis=redis,
+            # An event a dead notifier held comes back after the ack wait; until then (and a
+            # margin for its fetch) its entry in the job order must keep newer events waiting.
+            order=JobOrder(redis, prefix=settings.redis_prefix, stale_after_seconds=2 * ack_wait + 5),
             workers=workers,
             ruleset=lambda: self.rules.current,
             cluster_labels=self.clusters.labels,
@@ -123,12 +132,6 @@ class Notifier:
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
         )
-        health = HealthServer(
-            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
-        )
-        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
-        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
-        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
         background: list[asyncio.Task[None]] = []
         consuming: asyncio.Task[None] | None = None
         try:
@@ -151,6 +154,7 @@ class Notifier:
                 await stop.wait()
                 log.info("notifier stopping")
                 consuming.cancel()
+                await consumer.close()  # events held back for order are not routed any more
                 drained = await workers.drain(settings.shutdown_grace_seconds)
                 if not drained:
                     log.warning("shutdown grace over with sends pending; they will be redelivered")
@@ -160,4 +164,5 @@ class Notifier:
                     task.cancel()
         finally:
             self.ready.clear()
+            await consumer.close()
             await workers.close()
