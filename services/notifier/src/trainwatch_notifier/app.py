@@ -146,9 +146,10 @@ class Notifier:
                 self.health_port = health.port
                 await self.clusters.loaded.wait()  # route with labels from the first event on
                 consuming = group.create_task(consumer.run(), name="notifier-consumer")
-                background.append(
-                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive")
-                )
+                background += [
+                    group.create_task(consumer.acknowledge(), name="notifier-acks"),
+                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive"),
+                ]
                 self.ready.set()
                 log.info("notifier consuming", extra={"instance": self.instance, "health_port": health.port})
                 await stop.wait()

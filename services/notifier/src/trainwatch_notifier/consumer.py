@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -99,6 +100,7 @@ class JobConsumer:
         self._room.set()
         self._held_back: set[asyncio.Task[None]] = set()  # events waiting for an elder of their job
         self._news: dict[JobKey, asyncio.Event] = {}  # set when one of the job's events is settled
+        self._to_acknowledge: asyncio.Queue[tuple[PendingMessage, bool]] = asyncio.Queue()
 
     def _hold(self, pending: PendingMessage) -> None:
         self.pending.add(pending)
@@ -116,10 +118,24 @@ class JobConsumer:
             news.set()
 
     async def _settled(self, pending: PendingMessage, retry: bool) -> None:
-        """All its channels are done with it: record it in the job's order, then ack (or nak)."""
-        if not retry:
-            # Before the ack: newer events of the job must not wait for an event that is done.
-            await self._until_redis_answers(lambda: self._order.finish(pending.event), "finish an event")
+        """All its channels are done with it: hand it to ``acknowledge`` (a channel's sender goes
+        on with its next message instead of waiting for Redis and NATS)."""
+        self._to_acknowledge.put_nowait((pending, retry))
+
+    async def acknowledge(self) -> None:
+        """The one task that acks: settled events are recorded in their jobs' order (one Redis call
+        for all that are waiting) and then acked, or naked for a later retry."""
+        while True:
+            batch = [await self._to_acknowledge.get()]
+            while not self._to_acknowledge.empty():
+                batch.append(self._to_acknowledge.get_nowait())
+            done = [pending.event for pending, retry in batch if not retry]
+            # Before the acks: newer events of these jobs must not wait for events that are done.
+            await self._until_redis_answers(functools.partial(self._order.finish, done), "finish events")
+            for pending, retry in batch:
+                await self._answer(pending, retry=retry)
+
+    async def _answer(self, pending: PendingMessage, *, retry: bool) -> None:
         self._release(pending)
         try:
             if retry:
@@ -263,8 +279,18 @@ class JobConsumer:
                 await self._order.refresh([pending.event for pending in held])
 
     async def put_back(self) -> None:
-        """At shutdown: nak what is still held so another replica takes it at once."""
+        """At shutdown: ack what is settled (if Redis answers at once), nak the rest so another
+        replica takes it at once."""
         await self.close()
+        settled: list[PendingMessage] = []
+        while not self._to_acknowledge.empty():
+            pending, retry = self._to_acknowledge.get_nowait()
+            if not retry:
+                settled.append(pending)
+        with contextlib.suppress(RedisError):  # else they are naked too: their copies find "sent"
+            await self._order.finish([pending.event for pending in settled])
+            for pending in settled:
+                await self._answer(pending, retry=False)
         for pending in list(self.pending):
             with contextlib.suppress(Exception):
                 await pending.msg.nak()

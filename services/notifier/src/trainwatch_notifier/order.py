@@ -72,15 +72,19 @@ end
 return #KEYS
 """
 
-# KEYS[1]: the job hash; ARGV: sequence, ttl_seconds.
+# KEYS: job hashes (repeats allowed); ARGV: ttl_seconds, then one sequence per key.
 _FINISH = """
-redis.call('HDEL', KEYS[1], ARGV[1])
-local done = tonumber(redis.call('HGET', KEYS[1], 'done') or '-1')
-if tonumber(ARGV[1]) > done then
-  redis.call('HSET', KEYS[1], 'done', ARGV[1])
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local sequence = ARGV[i + 1]
+  redis.call('HDEL', key, sequence)
+  local done = tonumber(redis.call('HGET', key, 'done') or '-1')
+  if tonumber(sequence) > done then
+    redis.call('HSET', key, 'done', sequence)
+  end
+  redis.call('EXPIRE', key, ttl)
 end
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[2]))
-return 1
+return #KEYS
 """
 
 
@@ -150,6 +154,8 @@ class JobOrder:
         if events:
             await self._refresh(keys=[self.key(event) for event in events], args=[e.sequence for e in events])
 
-    async def finish(self, event: JobStatusEvent) -> None:
-        """The event is settled (sent, skipped, dead-lettered): newer ones of its job may go."""
-        await self._finish(keys=[self.key(event)], args=[event.sequence, self._ttl])
+    async def finish(self, events: list[JobStatusEvent]) -> None:
+        """These events are settled (sent, skipped, dead-lettered): newer ones of their jobs may go."""
+        if events:
+            keys = [self.key(event) for event in events]
+            await self._finish(keys=keys, args=[self._ttl, *(event.sequence for event in events)])
