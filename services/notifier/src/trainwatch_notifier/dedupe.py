@@ -114,12 +114,13 @@ class IdempotencyKeys:
     def _marker(self, state: str) -> str:
         return f"{state}|{self._instance}|{self._clock():.3f}"
 
-    async def claim(self, keys: list[str]) -> list[Claim]:
-        """Try to claim every key in one round trip; each result says what was found."""
-        marker = self._marker("held")
+    async def claim(self, keys: list[str], *, state: Literal["held", "sending"] = "held") -> list[Claim]:
+        """Try to claim every key in one round trip; each result says what was found. A sender
+        whose request follows at once (nothing to wait for) claims straight as "sending"."""
+        marker = self._marker(state)
         results = await self._claim(keys=keys, args=[marker, self._ttl])
         return [
-            Claim(key, "held", marker, mine=True) if found == 1 else self._parse(key, found)
+            Claim(key, state, marker, mine=True) if found == 1 else self._parse(key, found)
             for key, found in zip(keys, results, strict=True)
         ]
 
