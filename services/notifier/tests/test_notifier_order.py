@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 from trainwatch_common import Phase
 from trainwatch_common.testing import RedisServer, eventually
 from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.sink import FeishuSink
 
 
@@ -109,3 +110,48 @@ async def test_a_jobs_events_keep_their_order_across_a_redis_outage(
         await eventually(lambda: len(feishu_sink.received) == 3, timeout=20, message="both told")
         await eventually(lambda: all_acked(js), timeout=10, message="and acked")
     assert titles(feishu_sink)[1:] == [RESTARTING, SUCCEEDED]
+
+
+async def test_the_job_order_in_redis(redis: Redis) -> None:
+    order = JobOrder(redis, stale_after_seconds=1.0)
+    first, second, third = (make_event(name="train-9", sequence=n) for n in (1, 2, 3))
+    other_job = make_event(name="train-10", sequence=7)
+
+    places = await order.take_places([second, first, other_job])
+    assert [p.older_held for p in places] == [True, False, False]  # the 2nd waits for the 1st
+    assert places[1].ready(waited_seconds=0, grace_seconds=1)
+    assert places[2].ready(waited_seconds=0, grace_seconds=1)  # other jobs never wait for it
+
+    await order.finish([first])
+    await order.refresh([first, second])  # a late heartbeat must not bring the 1st back
+    [place] = await order.take_places([second])
+    assert (place.older_held, place.done) == (False, 1)
+    assert place.ready(waited_seconds=0, grace_seconds=1)
+
+    # the 3rd's predecessor is neither settled nor held: it may be on its way to a replica
+    [place] = await order.take_places([third])
+    assert place.older_held  # the 2nd is still held (not finished)
+    await order.finish([second, third])
+    gap = make_event(name="train-9", sequence=5)
+    [place] = await order.take_places([gap])
+    assert not place.ready(waited_seconds=0, grace_seconds=1)
+    assert place.ready(waited_seconds=1, grace_seconds=1)
+
+    # an event that comes after a newer one of its job was settled: late, and still routed
+    [place] = await order.take_places([make_event(name="train-9", sequence=2)])
+    assert place.late
+    assert place.ready(waited_seconds=0, grace_seconds=1)
+
+
+async def test_an_elder_nobody_keeps_alive_stops_holding_its_job_back(redis: Redis) -> None:
+    order = JobOrder(redis, stale_after_seconds=0.5)
+    await order.take_places([make_event(name="train-9", sequence=1)])  # its holder dies now
+    newer = make_event(name="train-9", sequence=2)
+    [place] = await order.take_places([newer])
+    assert place.older_held
+
+    async def free() -> bool:
+        [again] = await order.take_places([newer])
+        return not again.older_held
+
+    await eventually(free, timeout=5, message="the dead holder's entry goes stale")
