@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -15,7 +16,7 @@ from nats.aio.client import Client as NATS
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from trainwatch_common import LeaseManager, ensure_consumer, ensure_streams
+from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.streams import NOTIFIER_CONSUMER
 from trainwatch_notifier.clusters import ClusterDirectory
@@ -24,6 +25,7 @@ from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
+from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.rules_source import RulesSource
 from trainwatch_notifier.settings import NotifierSettings
 from trainwatch_notifier.workers import ChannelWorkers
@@ -40,7 +42,9 @@ class Notifier:
         after_sent: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
-        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
+        # Random per start: a restarted container has the same host name and pid, and the
+        # "sending" markers it leaves must not look like its predecessor's.
+        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._http_client = http_client
         self._after_sent = after_sent
         self.rules = RulesSource(settings.rules_file, poll_seconds=settings.rules_poll_seconds)
@@ -94,7 +98,7 @@ class Notifier:
                 instance=self.instance,
             ),
             deadletters=deadletters,
-            limits=BotLimits(redis=redis, prefix=settings.redis_prefix, instance=self.instance)
+            limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
             if settings.shared_rate_limits
             else BotLimits(),
             dashboard_url=settings.dashboard_url,
@@ -110,10 +114,17 @@ class Notifier:
         assert self.rules.current is not None
         workers.apply(self.rules.current)
         self.rules.on_change = workers.apply
+        health = HealthServer(
+            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
+        )
+        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
+        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
+        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
         consumer = JobConsumer(
             js,
-            redis=redis,
-            leases=LeaseManager(redis, prefix=settings.redis_prefix),
+            # An event a dead notifier held comes back after the ack wait; until then (and a
+            # margin for its fetch) its entry in the job order must keep newer events waiting.
+            order=JobOrder(redis, prefix=settings.redis_prefix, stale_after_seconds=2 * ack_wait + 5),
             workers=workers,
             ruleset=lambda: self.rules.current,
             cluster_labels=self.clusters.labels,
@@ -121,12 +132,6 @@ class Notifier:
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
         )
-        health = HealthServer(
-            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
-        )
-        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
-        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
-        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
         background: list[asyncio.Task[None]] = []
         consuming: asyncio.Task[None] | None = None
         try:
@@ -141,14 +146,16 @@ class Notifier:
                 self.health_port = health.port
                 await self.clusters.loaded.wait()  # route with labels from the first event on
                 consuming = group.create_task(consumer.run(), name="notifier-consumer")
-                background.append(
-                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive")
-                )
+                background += [
+                    group.create_task(consumer.acknowledge(), name="notifier-acks"),
+                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive"),
+                ]
                 self.ready.set()
                 log.info("notifier consuming", extra={"instance": self.instance, "health_port": health.port})
                 await stop.wait()
                 log.info("notifier stopping")
                 consuming.cancel()
+                await consumer.close()  # events held back for order are not routed any more
                 drained = await workers.drain(settings.shutdown_grace_seconds)
                 if not drained:
                     log.warning("shutdown grace over with sends pending; they will be redelivered")
@@ -158,4 +165,5 @@ class Notifier:
                     task.cancel()
         finally:
             self.ready.clear()
+            await consumer.close()
             await workers.close()

@@ -11,7 +11,14 @@ from typing import Any
 import orjson
 
 from trainwatch_notifier.render import text
-from trainwatch_notifier.render.facts import PHASE_COLOURS, DigestFacts, JobFacts, Mention, fit
+from trainwatch_notifier.render.facts import (
+    PHASE_COLOURS,
+    DigestFacts,
+    JobFacts,
+    Mention,
+    fit_digest,
+    fit_job,
+)
 
 MAX_BODY_BYTES = 20 * 1024
 SIGNATURE_ROOM = 128  # "timestamp" and "sign" are added after rendering
@@ -61,7 +68,8 @@ def _card(title: str, colour: str, markdown: str, link: str, button: str) -> Bod
     }
 
 
-def _render_one(facts: JobFacts, body_format: str, message: str) -> Body:
+def _render_one(facts: JobFacts, body_format: str) -> Body:
+    message = facts.event.message or ""
     if body_format == "text":
         content = text.plain(facts, message, mention=_text_mention(facts.mention))
         return {"msg_type": "text", "content": {"text": content}}
@@ -84,12 +92,18 @@ def _render_one(facts: JobFacts, body_format: str, message: str) -> Body:
 
 
 def message_body(facts: JobFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
-    """One job's notification, its message trimmed so the signed body stays within the limit."""
-    message = fit(lambda m: _size(_render_one(facts, body_format, m)), facts.event.message or "", max_bytes)
-    return _render_one(facts, body_format, message)
+    """One job's notification, its free text trimmed so the signed body stays within the limit."""
+    fitted = fit_job(lambda trimmed: _size(_render_one(trimmed, body_format)), facts, max_bytes)
+    return _render_one(fitted, body_format)
 
 
 def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
+    """A burst in one message: as many jobs listed as fit the signed body's limit, the rest counted."""
+    fitted = fit_digest(lambda trimmed: _size(_digest(trimmed, body_format)), digest, max_bytes)
+    return _digest(fitted, body_format)
+
+
+def _digest(digest: DigestFacts, body_format: str) -> Body:
     phases = Counter(item.event.phase.value for item in digest.items)
     colour = "red" if "Failed" in phases else PHASE_COLOURS[phases.most_common(1)[0][0]]
     mentions = digest.mentions()
@@ -105,7 +119,7 @@ def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_B
         ]
         for item in digest.listed():
             job = item.event.job
-            reason = f" — {item.event.reason}" if item.event.reason else ""
+            reason = f" — {digest.reason(item)}" if item.event.reason else ""
             paragraphs.append(
                 [
                     {"tag": "text", "text": f"{item.icon} "},
@@ -125,6 +139,4 @@ def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_B
     else:
         markdown = text.digest_markdown(digest, mentions=_card_mentions(mentions))
         body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
-    if _size(body) > max_bytes:
-        raise ValueError("digest body too large; lower digest.max_listed")
     return body

@@ -53,7 +53,7 @@ def digest_markdown(digest: DigestFacts, *, markup: Markup = MARKDOWN, mentions:
     lines.append("")
     for item in digest.listed():
         job = item.event.job
-        reason = f" — {item.event.reason}" if item.event.reason else ""
+        reason = f" — {digest.reason(item)}" if item.event.reason else ""
         name = markup.link(f"{job.namespace}/{job.name}", item.link)
         lines.append(f"- {item.icon} {name} ({job.kind}) {item.phase_name}{reason}")
     more = digest.more()
@@ -69,7 +69,7 @@ def digest_plain(digest: DigestFacts, *, mentions: str = "") -> str:
     lines = [digest.title(), *digest.summary(), ""]
     for item in digest.listed():
         job = item.event.job
-        reason = f" — {item.event.reason}" if item.event.reason else ""
+        reason = f" — {digest.reason(item)}" if item.event.reason else ""
         lines.append(
             f"- {item.icon} {job.namespace}/{job.name} ({job.kind}) {item.phase_name}{reason} {item.link}"
         )
