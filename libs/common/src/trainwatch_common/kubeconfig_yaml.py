@@ -61,8 +61,11 @@ def _check_events(text: str) -> None:
     """Walk the YAML event stream: no aliases, bounded depth and size, exactly one document."""
     depth = nodes = documents = 0
     for event in yaml.parse(text, Loader=_BaseLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise DocumentRefused("yaml_alias", "YAML aliases (*name) are not accepted in a kubeconfig")
+        # An anchor alone expands nothing, but a kubeconfig needs neither: one simple rule.
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise DocumentRefused(
+                "yaml_alias", "YAML anchors (&name) and aliases (*name) are not accepted in a kubeconfig"
+            )
         if isinstance(event, yaml.DocumentStartEvent):
             documents += 1
             if documents > 1:
@@ -95,9 +98,18 @@ def _load_json(text: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a second document after the first (JSON lines, or "---")
+            raise DocumentRefused(
+                "multiple_documents",
+                f"expected one JSON document, found more after it (line {exc.lineno})",
+            ) from None
         raise DocumentRefused("invalid_json", f"invalid JSON: {exc.msg} at line {exc.lineno}") from None
     except RecursionError:
         raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels") from None
+    except DocumentRefused:  # from the hooks above (it is a ValueError too)
+        raise
+    except ValueError as exc:  # a value Python will not build, e.g. an integer of 5,000 digits
+        raise DocumentRefused("invalid_json", f"invalid JSON: {_value_problem(exc)}") from None
 
 
 def _load_yaml(text: str) -> Any:
@@ -112,7 +124,18 @@ def _load_yaml(text: str) -> Any:
         raise DocumentRefused(code, f"invalid YAML: {problem}{_where(exc)}") from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:  # libyaml's own limit, met while scanning ahead
+            raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels") from None
         raise DocumentRefused("invalid_yaml", f"invalid YAML: {problem}{_where(exc)}") from None
+    except ValueError as exc:  # a scalar the constructor cannot build: 5,000 digits, 2001-02-30
+        raise DocumentRefused("invalid_yaml", f"invalid YAML: {_value_problem(exc)}") from None
+
+
+def _value_problem(exc: ValueError) -> str:
+    """A short reason naming no value (the value may be a secret)."""
+    if "integer string conversion" in str(exc):
+        return "a number has too many digits"
+    return f"a value cannot be read ({str(exc).splitlines()[0][:100]})"
 
 
 def _where(exc: yaml.YAMLError) -> str:
