@@ -143,14 +143,22 @@ def _where(exc: yaml.YAMLError) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
-def _depth(value: Any, level: int = 0) -> int:
+def _check_tree(value: Any, level: int = 0) -> None:
+    """Bounded depth, and string keys at every level (YAML reads ``7:``, ``~:`` or ``true:`` as
+    an int, None or bool key, which no kubeconfig field is and which code sorting keys trips on)."""
     if level > MAX_DEPTH:
-        return level
+        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise DocumentRefused(
+                    "non_string_key",
+                    f"every key of a kubeconfig is a string; found a {type(key).__name__} key",
+                )
+            _check_tree(item, level + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_tree(item, level + 1)
 
 
 def load_mapping(text: str) -> dict[str, Any]:
@@ -167,8 +175,5 @@ def load_mapping(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
         raise DocumentRefused("not_a_mapping", f"a kubeconfig is a single mapping, not {kind}")
-    if _depth(value) > MAX_DEPTH:
-        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
-    if not all(isinstance(key, str) for key in value):
-        raise DocumentRefused("not_a_mapping", "every top-level key of a kubeconfig is a string")
+    _check_tree(value)
     return value
