@@ -7,13 +7,18 @@ refusal must be a 422 that names the problem and writes nothing.
 from __future__ import annotations
 
 import base64
+import contextlib
+import ipaddress
+import socket
+from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Bus, Harness
+from conftest import Harness
 from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
 
-from trainwatch_common import fingerprint
+from trainwatch_registry.addresses import AddressPolicy, host_problem
+from trainwatch_registry.kubeconfig import IntakePolicy, KubeconfigRefused, sanitize
 
 
 async def refused(registry: Harness, text: str, *, code: str | None = None) -> list[dict[str, Any]]:
@@ -92,3 +97,75 @@ async def test_bug_bad_ca_reason_is_clear_and_alone(registry: Harness) -> None:
     # An unrelated refusal is not joined by a bad_pem line about a good CA.
     detail = await refused(registry, as_yaml(changed(kubeconfig(), "users", {"token": "a b"})))
     assert [item["type"] for item in detail] == ["kubeconfig.token_control_chars"]
+
+
+# --- V2: the address policy on where a name resolves, not only on the name ----------------------
+
+
+def loopback_alias() -> str:
+    """A host name that resolves to a loopback address but is not one of the localhost names
+    (the audit used ``vm`` from /etc/hosts; the machine's own name usually is one too)."""
+    candidates = [socket.gethostname()]
+    with contextlib.suppress(OSError):
+        for line in Path("/etc/hosts").read_text().splitlines():
+            fields = line.split("#")[0].split()
+            if fields and fields[0].startswith("127."):
+                candidates += fields[1:]
+    for name in candidates:
+        if host_problem(name, AddressPolicy()) is not None:
+            continue  # refused by its name already: not the case under test
+        with contextlib.suppress(OSError):
+            if all(ipaddress.ip_address(info[4][0]).is_loopback for info in socket.getaddrinfo(name, 443)):
+                return name
+    pytest.skip("no host name here resolves to loopback except the localhost names")
+
+
+async def test_v2_name_resolving_to_loopback_refused_at_intake(registry: Harness) -> None:
+    alias = loopback_alias()
+    text = as_yaml(kubeconfig(server=f"https://{alias}:27001"))
+    detail = await refused(registry, text, code="server_loopback")
+    assert any("resolves to" in item["msg"] for item in detail), detail
+    await registry.create(create_body("kept"))
+    rotate = await registry.client.patch("/v1/clusters/kept", json={"kubeconfig": text}, headers=ADMIN)
+    assert rotate.status_code == 422, rotate.text
+    assert len(await registry.outbox_rows()) == 1
+
+
+@pytest.mark.parametrize(
+    ("server", "code"),
+    [
+        ("https://169.254.169.254.nip.io/", "server_metadata"),
+        ("https://api.169-254-169-254.sslip.io:6443/", "server_metadata"),
+        ("https://127.0.0.1.nip.io:6443/", "server_loopback"),
+        ("https://metadata\u3002google\u3002internal/", "server_metadata"),
+        ("https://metadata\uff0egoogle\uff0einternal./", "server_metadata"),
+        ("https://\uff11\uff16\uff19.254.169.254/", "server_metadata"),
+        ("https://192.0.0.192/", "server_metadata"),
+        ("https://168.63.129.16/", "server_metadata"),
+        ("https://[fd20:ce::254]/", "server_metadata"),
+    ],
+    ids=[
+        "nip.io",
+        "sslip.io dashes",
+        "nip.io loopback",
+        "ideographic dots",
+        "fullwidth dots",
+        "fullwidth digits",
+        "oracle",
+        "azure wire server",
+        "gcp ipv6",
+    ],
+)
+async def test_v2_metadata_and_disguised_names_refused_at_intake(
+    registry: Harness, server: str, code: str
+) -> None:
+    await refused(registry, as_yaml(kubeconfig(server=server)), code=code)
+
+
+def test_v2_ipv6_loopback_accepted_when_loopback_allowed() -> None:
+    policy = IntakePolicy(addresses=AddressPolicy(allow_loopback=True))
+    for server in ("https://[::1]:6443", "https://[::1]/", "https://127.0.0.1:6443"):
+        assert sanitize(as_yaml(kubeconfig(server=server)), policy=policy).server == server
+    with pytest.raises(KubeconfigRefused) as caught:
+        sanitize(as_yaml(kubeconfig(server="https://[::1]:6443")), policy=IntakePolicy())
+    assert [r.code for r in caught.value.refusals] == ["server_loopback"]
