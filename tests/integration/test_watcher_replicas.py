@@ -163,6 +163,7 @@ class Fleet:
             "TRAINWATCH_NATS_URL": self.nats_url,
             "TRAINWATCH_REDIS_URL": self.redis_url,
             "TRAINWATCH_KUBECONFIG_DIR": str(self.kubeconfig_dir),
+            "TRAINWATCH_ALLOW_LOOPBACK_SERVERS": "true",  # kubesim listens on 127.0.0.1
             "TRAINWATCH_LEASE_TTL_MS": str(self.ttl_ms),
             "TRAINWATCH_HEALTH_INTERVAL": "0.5",  # readiness is read from health reports
             "TRAINWATCH_PUBLISH_ACK_TIMEOUT": "1",

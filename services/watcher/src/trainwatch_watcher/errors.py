@@ -7,7 +7,9 @@
     │   ├── ConnectionUnavailable    the registry (or the kubeconfig folder) has no usable connection
     │   ├── InvalidKubeconfig        the kubeconfig cannot be used (no server, bad PEM...)
     │   ├── Unreachable              TCP/TLS/HTTP transport failure, timeout, 5xx
-    │   │   └── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   ├── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   └── ServerAddressRefused the server resolves to an address the policy refuses
+    │   ├── ResponseTooLarge         an answer or a watch line over its size bound
     │   ├── Unauthorized             401 or 403: the credentials are refused
     │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
     │   └── ApiError                 any other non-2xx answer (carries the status code)
@@ -39,6 +41,15 @@ class Unreachable(ClusterError):
 
 class WatchStalled(Unreachable):
     """A watch stream was silent for longer than the read timeout (a silent partition)."""
+
+
+class ServerAddressRefused(Unreachable):
+    """The server's address (as written, or as resolved at connect time) is refused by the address
+    policy (loopback, link-local, cloud metadata). Retried like an outage: DNS may change."""
+
+
+class ResponseTooLarge(ClusterError):
+    """An API server's answer, or one line of a watch stream, is larger than its bound."""
 
 
 class Unauthorized(ClusterError):
