@@ -90,6 +90,7 @@ def intake_policy(settings: RegistrySettings) -> IntakePolicy:
             allow_loopback=settings.allow_loopback_servers, allow_link_local=settings.allow_link_local_servers
         ),
         allow_exec_plugins=settings.allow_exec_plugins,
+        fingerprint_key=settings.fingerprint_key(),
     )
 
 

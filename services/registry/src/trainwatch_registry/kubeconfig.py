@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +21,6 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from trainwatch_common import fingerprint
 from trainwatch_common.kubeconfig_yaml import DocumentRefused, load_mapping
 from trainwatch_registry.addresses import AddressPolicy, server_url_problems
 
@@ -39,10 +41,17 @@ class KubeconfigRefused(ValueError):
         self.refusals = refusals
 
 
+_PROCESS_FINGERPRINT_KEY: bytes = secrets.token_bytes(32)
+
+
 @dataclass(frozen=True, slots=True)
 class IntakePolicy:
     addresses: AddressPolicy = field(default_factory=AddressPolicy)
     allow_exec_plugins: bool = False
+    # Keys the connection fingerprint (an HMAC): the fingerprint is published on the bus, and a
+    # plain hash of server + CA + token would let anyone there test guessed tokens offline. The
+    # registry passes a stable key from its settings; the default is random per process.
+    fingerprint_key: bytes = field(default_factory=lambda: _PROCESS_FINGERPRINT_KEY, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,10 +348,11 @@ def sanitize(
     }
     # The fingerprint covers what decides the connection (server, CA, credentials), not names.
     canonical = orjson.dumps({"cluster": cluster, "user": user}, option=orjson.OPT_SORT_KEYS)
+    keyed = hmac.new(checker.policy.fingerprint_key, canonical, hashlib.sha256).hexdigest()[:32]
     return SanitizedKubeconfig(
         context=chosen,
         server=cluster["server"],
         auth_method=auth_method,
         document=document,
-        connection_fingerprint=fingerprint(canonical),
+        connection_fingerprint=f"hmac-sha256:{keyed}",
     )

@@ -7,6 +7,9 @@ names operators are told about (TRAINWATCH_ALLOW_LOOPBACK_SERVERS, ...).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -29,6 +32,11 @@ class RegistrySettings(ServiceSettings):
     )
     registry_encryption_key_file: Path | None = Field(
         None, description="A mounted secret with one Fernet key per line, primary first"
+    )
+    registry_fingerprint_key: SecretStr = Field(
+        SecretStr(""),
+        description="Key of the HMAC behind connection fingerprints; default: derived from the "
+        "primary encryption key (set it to keep fingerprints stable across a key rotation)",
     )
     registry_import_dir: Path | None = Field(
         None, description="A folder of kubeconfig files registered at start-up and on demand"
@@ -59,6 +67,16 @@ class RegistrySettings(ServiceSettings):
     def inline_keys(self) -> list[str]:
         raw = self.registry_encryption_keys.get_secret_value()
         return [key.strip() for key in raw.split(",") if key.strip()]
+
+    def fingerprint_key(self) -> bytes:
+        """The HMAC key of connection fingerprints (never the encryption key itself)."""
+        explicit = self.registry_fingerprint_key.get_secret_value()
+        if explicit:
+            return explicit.encode()
+        keys = self.encryption_keys()
+        if not keys:
+            return secrets.token_bytes(32)  # no key at all: the registry refuses to start anyway
+        return hmac.new(keys[0].encode(), b"trainwatch connection fingerprint v1", hashlib.sha256).digest()
 
     def encryption_keys(self) -> list[str]:
         """All configured keys, primary first: the inline ones, then the mounted file's."""

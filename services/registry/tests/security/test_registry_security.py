@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import ipaddress
+import json
 import socket
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from conftest import Harness
+from conftest import Bus, Harness, make_settings
+from pydantic import SecretStr
 from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
 
+from trainwatch_common import fingerprint
+from trainwatch_common.testing import eventually
 from trainwatch_registry.addresses import AddressPolicy, host_problem
+from trainwatch_registry.app import intake_policy
 from trainwatch_registry.kubeconfig import IntakePolicy, KubeconfigRefused, sanitize
 
 
@@ -169,3 +176,52 @@ def test_v2_ipv6_loopback_accepted_when_loopback_allowed() -> None:
     with pytest.raises(KubeconfigRefused) as caught:
         sanitize(as_yaml(kubeconfig(server="https://[::1]:6443")), policy=IntakePolicy())
     assert [r.code for r in caught.value.refusals] == ["server_loopback"]
+
+
+# --- V11: the fingerprint on the bus is keyed ----------------------------------------------------
+
+
+def _fingerprints(value: Any) -> list[str]:
+    if isinstance(value, dict):
+        found = [v for k, v in value.items() if k == "connection_fingerprint" and isinstance(v, str)]
+        return found + [f for v in value.values() for f in _fingerprints(v)]
+    if isinstance(value, list):
+        return [f for v in value for f in _fingerprints(v)]
+    return []
+
+
+async def test_v11_connection_fingerprint_is_keyed_not_a_plain_hash(
+    registry: Harness, bus: Bus, sqlite_url: str, nats_url: str, encryption_key: str
+) -> None:
+    doc = kubeconfig()
+    await registry.create(create_body("gpu-east", as_yaml(doc)))
+    events = await eventually_events(bus)
+    published = {f for message in events for f in _fingerprints(json.loads(message.data))}
+    assert len(published) == 1
+    (published_fp,) = published
+    # What anyone on the bus could compute from a guessed token (the old, unkeyed fingerprint).
+    cluster = {"server": doc["clusters"][0]["cluster"]["server"]}
+    cluster["certificate-authority-data"] = doc["clusters"][0]["cluster"]["certificate-authority-data"]
+    guess = orjson.dumps(
+        {"cluster": cluster, "user": {"token": "sim-token-1234"}}, option=orjson.OPT_SORT_KEYS
+    )
+    assert published_fp != fingerprint(guess)
+    assert hashlib.sha256(guess).hexdigest()[:16] not in published_fp
+    # Stable for one registry key (change detection still works), different under another key.
+    same = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key)
+    other = make_settings(
+        database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key,
+        registry_fingerprint_key=SecretStr("another-registry-secret"),
+    )  # fmt: skip
+    text = as_yaml(doc)
+    assert sanitize(text, policy=intake_policy(same)).connection_fingerprint == published_fp
+    assert sanitize(text, policy=intake_policy(other)).connection_fingerprint != published_fp
+
+
+async def eventually_events(bus: Bus) -> list[Any]:
+    async def one() -> list[Any] | None:
+        events = await bus.cluster_events()
+        return events or None
+
+    result: list[Any] = await eventually(one)
+    return result
