@@ -269,6 +269,13 @@ class _Checker:
         return raw
 
 
+def _echo(value: Any) -> str:
+    """A value fit to repeat in a reason: a short plain word (``'Pod'``), else only its type."""
+    if isinstance(value, str) and len(value) <= 63 and value.replace("/", "").replace(".", "").isalnum():
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
 def _choose_context(
     checker: _Checker, doc: dict[str, Any], contexts: dict[str, Any], wanted: str | None
 ) -> str | None:
@@ -305,10 +312,12 @@ def sanitize(
     except DocumentRefused as exc:
         raise KubeconfigRefused([Refusal(exc.code, exc.message)]) from None
     if doc.get("kind", "Config") != "Config":
-        raise KubeconfigRefused([Refusal("not_kubeconfig", f"kind is {doc.get('kind')!r}, not 'Config'")])
+        raise KubeconfigRefused(
+            [Refusal("not_kubeconfig", f"kind is {_echo(doc.get('kind'))}, not 'Config'")]
+        )
     if doc.get("apiVersion", "v1") != "v1":
         raise KubeconfigRefused(
-            [Refusal("not_kubeconfig", f"apiVersion is {doc.get('apiVersion')!r}, not 'v1'")]
+            [Refusal("not_kubeconfig", f"apiVersion is {_echo(doc.get('apiVersion'))}, not 'v1'")]
         )
     clusters = checker.named_entries(doc, "clusters", "cluster")
     users = checker.named_entries(doc, "users", "user")

@@ -11,13 +11,14 @@ import contextlib
 import hashlib
 import ipaddress
 import json
+import logging
 import socket
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
-from conftest import Bus, Harness, make_settings
+from conftest import Bus, Harness, make_settings, running_registry
 from pydantic import SecretStr
 from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
 
@@ -225,3 +226,57 @@ async def eventually_events(bus: Bus) -> list[Any]:
 
     result: list[Any] = await eventually(one)
     return result
+
+
+# --- V12: folder import stays in its folder and echoes no file values ---------------------------
+
+
+async def test_v12_import_does_not_follow_symlinks_out_of_its_folder(
+    tmp_path: Path, sqlite_url: str, nats_url: str, encryption_key: str
+) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.yaml").write_text(as_yaml(kubeconfig(server="https://outside.example.com")))
+    folder = tmp_path / "kubeconfigs"
+    folder.mkdir()
+    (folder / "escape.yaml").symlink_to(outside / "secret.yaml")
+    # A Kubernetes Secret volume: files link into ..data/, which is inside the folder.
+    versioned = folder / "..2026_12_01"
+    versioned.mkdir()
+    (versioned / "inside.yaml").write_text(as_yaml(kubeconfig(server="https://inside.example.com")))
+    (folder / "..data").symlink_to(versioned.name)
+    (folder / "inside.yaml").symlink_to(Path("..data") / "inside.yaml")
+    settings = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key)
+    async with running_registry(settings.model_copy(update={"registry_import_dir": folder})) as registry:
+        response = await registry.client.post("/v1/clusters:import", headers=ADMIN)
+        assert response.status_code == 200, response.text
+        report = {item["file"]: item for item in response.json()["files"]}
+        assert report["inside.yaml"]["outcome"] == "unchanged"  # registered by the import at start
+        assert report["escape.yaml"]["outcome"] == "refused"
+        assert any("outside the import folder" in r for r in report["escape.yaml"]["reasons"])
+        assert str(outside) not in response.text  # where it points is not told either
+        assert [row.id for row in await registry.cluster_rows()] == ["inside"]
+
+
+async def test_v12_import_reply_and_log_echo_no_file_values(
+    tmp_path: Path, sqlite_url: str, nats_url: str, encryption_key: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "kubeconfigs"
+    folder.mkdir()
+    (folder / "kind.yaml").write_text("kind: zz-file-value-1\n")
+    (folder / "api.json").write_text('{"apiVersion": "zz-file-value-2"}')
+    doc = changed(kubeconfig(), "contexts", {"cluster": "zz-file-value-3"})
+    (folder / "ctx.yaml").write_text(as_yaml(doc))
+    (folder / "dup.yaml").write_text("zz-file-value-4: 1\nzz-file-value-4: 2\n")
+    settings = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key)
+    caplog.set_level(logging.DEBUG)
+    async with running_registry(settings.model_copy(update={"registry_import_dir": folder})) as registry:
+        response = await registry.client.post("/v1/clusters:import", headers=ADMIN)
+    assert response.status_code == 200, response.text
+    files = response.json()["files"]
+    assert [item["outcome"] for item in files] == ["refused"] * 4
+    assert all(item["reasons"] for item in files)  # still says why: the problem, not the value
+    logged = " ".join(f"{record.getMessage()} {record.__dict__}" for record in caplog.records)
+    for n in range(1, 5):
+        assert f"zz-file-value-{n}" not in response.text
+        assert f"zz-file-value-{n}" not in logged
