@@ -13,15 +13,18 @@ import ipaddress
 import json
 import logging
 import socket
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from aiohttp import web
 from conftest import Bus, Harness, make_settings, running_registry
 from pydantic import SecretStr
 from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
 
+from kubesim import tls as kubesim_tls
 from trainwatch_common import fingerprint
 from trainwatch_common.testing import eventually
 from trainwatch_registry.addresses import AddressPolicy, host_problem
@@ -280,3 +283,65 @@ async def test_v12_import_reply_and_log_echo_no_file_values(
     for n in range(1, 5):
         assert f"zz-file-value-{n}" not in response.text
         assert f"zz-file-value-{n}" not in logged
+
+
+# --- V8: the dry run reads bounded answers and echoes bounded strings ----------------------------
+
+
+@contextlib.asynccontextmanager
+async def hostile_apiserver(git_version_bytes: int, tmp: Path) -> AsyncIterator[tuple[str, str]]:
+    """A real TLS server on 127.0.0.1 whose /version carries a gitVersion of the given size;
+    yields (url, CA as base64)."""
+    serving = kubesim_tls.generate("hostile")
+    context = kubesim_tls.server_context(serving, tmp)
+
+    async def version(request: web.Request) -> web.StreamResponse:
+        if request.path != "/version":
+            return web.json_response({"kind": "APIGroupList", "groups": []})
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        await response.write(b'{"major": "1", "minor": "31", "gitVersion": "v1.31.0-')
+        with contextlib.suppress(ConnectionError):
+            left = git_version_bytes
+            while left > 0:
+                await response.write(b"z" * min(left, 1024 * 1024))
+                left -= 1024 * 1024
+            await response.write(b'"}')
+        return response
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", version)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"https://127.0.0.1:{port}", base64.b64encode(serving.ca_pem).decode()
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize(
+    ("size", "ok"), [(8 * 1024 * 1024, False), (20_000, True)], ids=["8 MiB answer", "20 KB gitVersion"]
+)
+async def test_v8_dry_run_reads_and_echoes_bounded(
+    tmp_path: Path, sqlite_url: str, nats_url: str, encryption_key: str, size: int, ok: bool
+) -> None:
+    settings = make_settings(
+        database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key, allow_loopback_servers=True
+    )
+    async with hostile_apiserver(size, tmp_path) as (url, ca), running_registry(settings) as registry:
+        text = as_yaml(kubeconfig(server=url, ca_b64=ca))
+        response = await registry.client.post(
+            "/v1/clusters", params={"dry_run": "true"}, json=create_body("hostile", text), headers=ADMIN
+        )
+    assert response.status_code == 200, response.text[:300]
+    assert len(response.content) < 4096  # nothing of the server's payload came back
+    report = response.json()["connectivity"]
+    assert report["ok"] is ok, report
+    if ok:
+        assert report["server_version"]["git_version"].startswith("v1.31.0-zzz")
+        assert len(report["server_version"]["git_version"]) <= 65
+    else:
+        assert "larger than" in report["error"]
