@@ -23,12 +23,14 @@ from aiohttp import web
 from conftest import Bus, Harness, make_settings, running_registry
 from pydantic import SecretStr
 from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
+from typer.testing import CliRunner
 
 from kubesim import tls as kubesim_tls
 from trainwatch_common import fingerprint
 from trainwatch_common.testing import eventually
 from trainwatch_registry.addresses import AddressPolicy, host_problem
 from trainwatch_registry.app import intake_policy
+from trainwatch_registry.cli import app as cli
 from trainwatch_registry.kubeconfig import IntakePolicy, KubeconfigRefused, sanitize
 
 
@@ -345,3 +347,19 @@ async def test_v8_dry_run_reads_and_echoes_bounded(
         assert len(report["server_version"]["git_version"]) <= 65
     else:
         assert "larger than" in report["error"]
+
+
+# --- Bugs found on the way: the CLI on a file that is not UTF-8 ---------------------------------
+
+
+@pytest.mark.parametrize("command", ["add", "rotate"])
+def test_bug_cli_non_utf8_file_is_a_clear_error(tmp_path: Path, command: str) -> None:
+    latin1 = tmp_path / "east.yaml"
+    latin1.write_bytes(as_yaml(kubeconfig()).encode() + "# café\n".encode("latin-1"))
+    args = ["clusters", "add", "--name", "East"] if command == "add" else ["clusters", "rotate", "east"]
+    # The URL is never reached: the file is refused before any request.
+    env = {"TRAINWATCH_API_URL": "http://127.0.0.1:9", "TRAINWATCH_API_TOKEN": "t", "COLUMNS": "200"}
+    result = CliRunner().invoke(cli, [*args, "--kubeconfig", str(latin1)], env=env)
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit), result.exception  # no traceback
+    assert "not UTF-8" in result.output
