@@ -49,6 +49,13 @@ class RegistrySettings(ServiceSettings):
     registry_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connectivity tests")
     registry_max_request_bytes: int = Field(4 * 1024 * 1024, gt=0)
 
+    registry_watcher_reads_need_lease: bool = Field(
+        True,
+        description="A watcher reads a cluster's kubeconfig only while it holds the cluster's Redis lease "
+        "(needs TRAINWATCH_REDIS_URL)",
+    )
+    redis_prefix: str = Field("trainwatch", description="Prefix of the watchers' lease keys in Redis")
+
     allow_loopback_servers: bool = Field(
         False, description="Accept API servers on loopback addresses (tests, local demo)"
     )

@@ -22,11 +22,13 @@ import pytest
 from aiohttp import web
 from conftest import Bus, Harness, make_settings, running_registry
 from pydantic import SecretStr
-from registry_kubeconfigs import ADMIN, as_json, as_yaml, changed, create_body, kubeconfig
+from redis.asyncio import Redis
+from registry_kubeconfigs import ADMIN, WATCHER, as_json, as_yaml, changed, create_body, kubeconfig
 from typer.testing import CliRunner
 
 from kubesim import tls as kubesim_tls
 from trainwatch_common import fingerprint
+from trainwatch_common.leases import LEASE_PROOF_HEADER, LeaseManager
 from trainwatch_common.testing import eventually
 from trainwatch_registry.addresses import AddressPolicy, host_problem
 from trainwatch_registry.app import intake_policy
@@ -363,3 +365,34 @@ def test_bug_cli_non_utf8_file_is_a_clear_error(tmp_path: Path, command: str) ->
     assert result.exit_code == 1
     assert isinstance(result.exception, SystemExit), result.exception  # no traceback
     assert "not UTF-8" in result.output
+
+
+# --- V13: a watcher reads only the kubeconfigs of clusters whose lease it holds -----------------
+
+
+async def test_v13_watcher_reads_only_clusters_it_holds_the_lease_of(registry: Harness) -> None:
+    await registry.create(create_body("gpu-a"))
+    await registry.create(create_body("gpu-b"))
+    url = "/v1/clusters/{}/connection".format
+
+    async def status(cluster_id: str, headers: dict[str, str]) -> int:
+        return (await registry.client.get(url(cluster_id), headers=headers)).status_code
+
+    assert await status("gpu-a", WATCHER) == 403  # the shared watcher token alone reads nothing
+    holder_of_a = await registry.watcher_headers("gpu-a", replica="watcher-1")
+    assert await status("gpu-a", holder_of_a) == 200
+    assert await status("gpu-b", holder_of_a) == 403  # a lease on one cluster opens no other
+    # What anyone on the bus knows (the owner's name from health events, the epoch from job
+    # events) is not the lease's value: the nonce is missing.
+    public = holder_of_a[LEASE_PROOF_HEADER].split("#")[0] + "|1"
+    assert await status("gpu-a", {**WATCHER, LEASE_PROOF_HEADER: public}) == 403
+    assert await status("gpu-a", {**WATCHER, LEASE_PROOF_HEADER: "watcher-1|1"}) == 403
+    # The proof does not outlive the lease.
+    redis = Redis.from_url(registry.settings.redis_url)
+    try:
+        await redis.delete(LeaseManager(redis, prefix=registry.settings.redis_prefix).lease_key("gpu-a"))
+    finally:
+        await redis.aclose()
+    assert await status("gpu-a", holder_of_a) == 403
+    # An unknown cluster is refused the same way: a refused caller learns nothing.
+    assert await status("nope", holder_of_a) == 403
