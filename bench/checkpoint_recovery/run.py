@@ -121,7 +121,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         kubesim.kinds.PYTORCHJOB,
                         {"metadata": {"name": f"job-{j}", "namespace": "team-a"}, "spec": {}},
                     )
-                timings = WatchTimings()
+                timings = WatchTimings(allow_loopback_servers=True)  # kubesim listens on 127.0.0.1
                 client = KubeClient(load_kubeconfig(cluster.kubeconfig_yaml()), timings=timings)
                 path = "/apis/kubeflow.org/v1/pytorchjobs"
                 try:

@@ -216,6 +216,7 @@ async def system(nats_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator
             TRAINWATCH_WATCHER_TOKEN=WATCHER,
             TRAINWATCH_HEALTH_INTERVAL="2",
             TRAINWATCH_INSTANCE_ID="watcher-e2e",
+            TRAINWATCH_ALLOW_LOOPBACK_SERVERS="true",
         )  # fmt: skip
         dashboard = f"http://127.0.0.1:{ports['dashboard']}"
         stack.start(

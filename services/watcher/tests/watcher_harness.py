@@ -188,6 +188,7 @@ def make_settings(nats_url: str, redis_url: str, **overrides: Any) -> WatcherSet
         "health_interval": 0.5,
         "publish_ack_timeout": 1.0,
         "safety_resync_interval": 30.0,
+        "allow_loopback_servers": True,  # kubesim listens on 127.0.0.1
     }
     values.update(overrides)
     return WatcherSettings(**values)

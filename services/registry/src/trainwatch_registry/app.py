@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 from fastapi import FastAPI
+from redis.asyncio import Redis
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -32,6 +33,7 @@ from trainwatch_registry.database import create_engine
 from trainwatch_registry.health_consumer import HealthConsumer
 from trainwatch_registry.importer import import_directory
 from trainwatch_registry.kubeconfig import IntakePolicy, SanitizedKubeconfig
+from trainwatch_registry.lease_proofs import LeaseProofs
 from trainwatch_registry.migrations import upgrade_to_head
 from trainwatch_registry.models import ConnectivityReport
 from trainwatch_registry.outbox import OutboxRelay
@@ -90,6 +92,7 @@ def intake_policy(settings: RegistrySettings) -> IntakePolicy:
             allow_loopback=settings.allow_loopback_servers, allow_link_local=settings.allow_link_local_servers
         ),
         allow_exec_plugins=settings.allow_exec_plugins,
+        fingerprint_key=settings.fingerprint_key(),
     )
 
 
@@ -99,6 +102,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         encryptor = Encryptor(settings.encryption_keys())  # refuse to start without a usable key
+        lease_proofs: LeaseProofs | None = None
         engine = create_engine(settings.registry_database_url)
         try:
             if settings.registry_migrate_on_start:
@@ -114,8 +118,13 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
                 return await check_connectivity(kubeconfig, policy=policy.addresses, timeout_seconds=timeout)
 
             connectivity: ConnectivityCheck = check
+            if settings.registry_watcher_reads_need_lease:
+                lease_proofs = LeaseProofs(Redis.from_url(settings.redis_url), prefix=settings.redis_prefix)
             app.state.services = Services(
-                settings=settings, registry=registry, check_connectivity=connectivity
+                settings=settings,
+                registry=registry,
+                check_connectivity=connectivity,
+                lease_proofs=lease_proofs,
             )
             app.state.engine, app.state.bus = engine, bus
 
@@ -141,6 +150,8 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             tasks.clear()
+            if lease_proofs is not None:
+                await lease_proofs.close()
             await engine.dispose()
             log.info("registry stopped")
 

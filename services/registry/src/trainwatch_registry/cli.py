@@ -49,6 +49,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _read_kubeconfig(path: Path) -> str:
+    """The file's text, or a clear error (not a traceback) when it is not UTF-8 or cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(f"{path} is not UTF-8 text (a kubeconfig is YAML or JSON)") from None
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _call(api_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
     try:
         with _client(api_url, token) as client:
@@ -207,7 +217,7 @@ def add(
         "name": name,
         "description": description,
         "labels": _labels(label) or {},
-        "kubeconfig": kubeconfig.read_text(),
+        "kubeconfig": _read_kubeconfig(kubeconfig),
         "context": context,
     }
     watch = _watch_body(kind, namespace, exclude_namespace)
@@ -303,7 +313,7 @@ def rotate(
     token: Token = "",
 ) -> None:
     """Replace a cluster's kubeconfig (credential rotation)."""
-    body = {"kubeconfig": kubeconfig.read_text(), "context": context}
+    body = {"kubeconfig": _read_kubeconfig(kubeconfig), "context": context}
     result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
     fingerprint = result["connection_fingerprint"]
     out.print(f"rotated [bold]{cluster_id}[/]: revision {result['revision']}, fingerprint {fingerprint}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import socket
 import ssl
@@ -102,14 +103,14 @@ async def check_connectivity(
         ) as client:
 
             async def get(path: str) -> Any:
-                response = await client.get(path, extensions=extensions)
-                if response.status_code == 401:
-                    raise _Refused("the API server rejected the credentials (401 Unauthorized)")
-                if response.status_code == 403:
-                    raise _Refused(f"the credentials may not read {path} (403 Forbidden)")
-                if response.status_code != 200:
-                    raise _Refused(f"GET {path} answered {response.status_code}")
-                return response.json()
+                async with client.stream("GET", path, extensions=extensions) as response:
+                    if response.status_code == 401:
+                        raise _Refused("the API server rejected the credentials (401 Unauthorized)")
+                    if response.status_code == 403:
+                        raise _Refused(f"the credentials may not read {path} (403 Forbidden)")
+                    if response.status_code != 200:
+                        raise _Refused(f"GET {path} answered {response.status_code}")
+                    return json.loads(await _read_bounded(response, path))
 
             try:
                 version = await get("/version")
@@ -147,6 +148,22 @@ async def check_connectivity(
         kinds=access,
         error=forbidden,
     )
+
+
+# /version is a few hundred bytes and a discovery document tens of KiB on a big cluster: read no
+# more than this of any answer (a hostile server's 100 MB body must not reach memory).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+async def _read_bounded(response: httpx.Response, path: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise _Refused(f"GET {path}: the answer is larger than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _reason(exc: BaseException) -> str:

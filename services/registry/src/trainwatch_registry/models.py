@@ -156,11 +156,23 @@ class ClustersPublic(BaseModel):
     next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page")
 
 
+# Strings an API server sends are repeated to the caller cut to this many characters: a hostile
+# server must not be able to make the registry's reply carry its payload (a 100 MB gitVersion).
+MAX_ECHOED_CHARS = 64
+
+
 class ServerVersion(BaseModel):
     git_version: str | None = None
     major: str | None = None
     minor: str | None = None
     platform: str | None = None
+
+    @field_validator("git_version", "major", "minor", "platform", mode="before")
+    @classmethod
+    def _bounded(cls, value: object) -> object:
+        if isinstance(value, str) and len(value) > MAX_ECHOED_CHARS:
+            return value[:MAX_ECHOED_CHARS] + "…"
+        return value
 
 
 KindAccess = Literal["allowed", "forbidden", "not_installed", "error"]

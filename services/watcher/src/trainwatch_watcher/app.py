@@ -153,6 +153,8 @@ class WatcherApp:
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
             self.claims = claims
+            if isinstance(connections, RegistryConnections) and connections.lease_proof is None:
+                connections.lease_proof = claims.connection_proof  # the registry asks for it
 
             async def apply(desired: dict[str, ClusterSpec]) -> None:
                 """A new desired set: the owner forgets removed clusters, applies changed options or

@@ -9,7 +9,9 @@
     │   ├── Unreachable              TCP/TLS/HTTP transport failure, timeout, 5xx
     │   │   ├── WatchStalled         a watch stream said nothing for longer than the read timeout
     │   │   ├── StorageInitializing  429: the kind's storage is (re)initializing; the expected wait
-    │   │   └── StreamAbandoned      an open watch that the server no longer backs (probe failed)
+    │   │   ├── StreamAbandoned      an open watch that the server no longer backs (probe failed)
+    │   │   └── ServerAddressRefused the server resolves to an address the policy refuses
+    │   ├── ResponseTooLarge         an answer or a watch line over its size bound
     │   ├── Unauthorized             401 or 403: the credentials are refused
     │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
     │   └── ApiError                 any other non-2xx answer (carries the status code)
@@ -54,6 +56,15 @@ class StorageInitializing(Unreachable):
 class StreamAbandoned(Unreachable):
     """An open watch stream was given up: a probe on a new connection showed the server behind it
     no longer answers (SIGTERMed, partitioned) or that the stream missed events."""
+
+
+class ServerAddressRefused(Unreachable):
+    """The server's address (as written, or as resolved at connect time) is refused by the address
+    policy (loopback, link-local, cloud metadata). Retried like an outage: DNS may change."""
+
+
+class ResponseTooLarge(ClusterError):
+    """An API server's answer, or one line of a watch stream, is larger than its bound."""
 
 
 class Unauthorized(ClusterError):

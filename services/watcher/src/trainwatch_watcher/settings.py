@@ -56,6 +56,22 @@ class WatchTimings(ServiceSettings):
         ge=1,
         description="Seconds of idle before TCP keepalive probes: a dead peer is noticed in ~2x this",
     )
+    max_response_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="Largest LIST page or discovery answer read (lower list_page_size if a page is larger)",
+    )
+    max_event_bytes: int = Field(
+        16 * 1024 * 1024, ge=1024, description="Largest line of a watch stream (one event) read"
+    )
+    # The same switches, with the same names, as the registry's intake: the watcher checks the
+    # address it actually connects to, which may differ from what the registry saw.
+    allow_loopback_servers: bool = Field(
+        False, description="Connect to API servers on loopback addresses (tests, local demo)"
+    )
+    allow_link_local_servers: bool = Field(
+        False, description="Connect to API servers on link-local addresses"
+    )
 
 
 class WatcherSettings(WatchTimings, ClaimSettings):

@@ -11,6 +11,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trainwatch_common.auth import ApiTokens, Role
 from trainwatch_registry.kubeconfig import SanitizedKubeconfig
+from trainwatch_registry.lease_proofs import LeaseProofs
 from trainwatch_registry.models import ConnectivityReport
 from trainwatch_registry.registrations import Registry
 from trainwatch_registry.settings import RegistrySettings
@@ -25,6 +26,7 @@ class Services:
     settings: RegistrySettings
     registry: Registry
     check_connectivity: ConnectivityCheck
+    lease_proofs: LeaseProofs | None = None  # None: any watcher-role caller reads any cluster
 
 
 def get_services(request: Request) -> Services:
