@@ -11,12 +11,14 @@ import dataclasses
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import nats
 from nats.aio.client import Client as NatsClient
 from nats.js.kv import KeyValue
 
 from trainwatch_common.events.clusters import ClusterSpec
-from trainwatch_common.streams import CLUSTERS_BUCKET, ensure_clusters_bucket
+from trainwatch_common.streams import CLUSTERS_BUCKET, ensure_clusters_bucket, ensure_streams
 from trainwatch_common.testing import eventually
+from trainwatch_common.testing.servers import NatsServer
 from trainwatch_watcher.cluster_feed import NatsClusterFeed
 
 BUCKET_STREAM = f"KV_{CLUSTERS_BUCKET.bucket}"
@@ -121,3 +123,29 @@ async def test_an_unreadable_entry_keeps_its_cluster_while_the_rest_resyncs(nc: 
             lambda: applied.last is not None and "gpu-c" in applied.last, message="resync applied"
         )
         assert applied.last == {"gpu-a", "gpu-b", "gpu-c"}, "an unreadable entry was taken as a removal"
+
+
+async def test_the_clusters_outlive_a_nats_restart_during_a_resync(nats_process: NatsServer) -> None:
+    nc = await nats.connect(nats_process.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+    try:
+        await ensure_streams(nc.jetstream())
+        kv = await ensure_clusters_bucket(nc.jetstream())
+        await put(kv, "gpu-a")
+        feed = NatsClusterFeed(nc, resync_interval=0.2)
+        applied = Applied()
+        async with running_feed(feed, applied) as feed_task:
+            await eventually(lambda: applied.last == {"gpu-a"}, message="the first snapshot applied")
+            nats_process.stop()
+
+            def failed_or_gone() -> bool:
+                return feed_task.done() or applied.last != {"gpu-a"} or getattr(feed, "read_failures", 0) >= 1
+
+            await eventually(failed_or_gone, timeout=30, message="a resync attempted while NATS is down")
+            assert not feed_task.done(), "the feed stopped while NATS was down"
+            assert applied.last == {"gpu-a"}, "a read during the outage was taken as the clusters' removal"
+            nats_process.start()
+            await eventually(lambda: nc.is_connected, timeout=30, message="reconnected")
+            await put(kv, "gpu-b")
+            await eventually(lambda: applied.last == {"gpu-a", "gpu-b"}, timeout=30, message="resynced")
+    finally:
+        await nc.close()
