@@ -80,11 +80,16 @@ class HealthServer:
     """Runs a health app under uvicorn until cancelled; ``port`` is known once started."""
 
     def __init__(self, app: Starlette, *, host: str, port: int) -> None:
-        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
-        self._server = EmbeddedServer(config)
+        self._config = uvicorn.Config(
+            app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
+        )
+        self._server = EmbeddedServer(self._config)
         self.port: int | None = None
 
     async def serve(self, started: asyncio.Event | None = None) -> None:
+        # A fresh server each time: a uvicorn server that has exited does not serve again, and
+        # ServiceTasks restarts a crashed health server by calling this again.
+        self._server = EmbeddedServer(self._config)
         serve_task = asyncio.create_task(self._server.serve(), name="health-server")
         try:
             while not self._server.started:
