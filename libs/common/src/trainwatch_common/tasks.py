@@ -121,7 +121,7 @@ class ServiceTasks:
             owned.state = "restarting"
             owned.crashes += 1
             consecutive = 1 if clock.time() - started >= self._restart_max else consecutive + 1
-            delay = min(self._restart_max, self._restart_initial * 2 ** (consecutive - 1))
+            delay = min(self._restart_max, self._restart_initial * 2.0 ** (consecutive - 1))
             delay *= 0.8 + 0.4 * random.random()  # jitter: replicas do not restart in lockstep
             report_exit(owned.name, error, consequence=f"restarting in {delay:.1f} s")
             await asyncio.sleep(delay)

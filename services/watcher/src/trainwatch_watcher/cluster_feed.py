@@ -26,6 +26,7 @@ from typing import Protocol
 from nats.aio.client import Client as NatsClient
 from nats.js.api import DeliverPolicy
 from nats.js.errors import KeyNotFoundError, NoKeysError
+from prometheus_client import Counter
 from pydantic import ValidationError
 
 from trainwatch_common.events.clusters import ClusterSpec
@@ -82,7 +83,9 @@ class SnapshotReadFailed(Exception):
 
 
 class NatsClusterFeed:
-    def __init__(self, nc: NatsClient, *, resync_interval: float = 300.0) -> None:
+    def __init__(
+        self, nc: NatsClient, *, resync_interval: float = 300.0, read_failures: Counter | None = None
+    ) -> None:
         self._nc = nc
         self._js = nc.jetstream()
         self._resync_interval = resync_interval
@@ -90,6 +93,7 @@ class NatsClusterFeed:
         self._retry_initial = min(1.0, resync_interval)
         self._retry_max = resync_interval
         self.read_failures = 0  # snapshot reads that failed and were retried (tests, diagnostics)
+        self._read_failures_metric = read_failures
 
     async def _snapshot(self) -> tuple[dict[str, ClusterSpec], set[str]]:
         """Every readable cluster in the bucket and the keys that held something unreadable, or
@@ -129,6 +133,8 @@ class NatsClusterFeed:
             snapshot, unreadable = await self._snapshot()
         except SnapshotReadFailed as exc:
             self.read_failures += 1
+            if self._read_failures_metric is not None:
+                self._read_failures_metric.inc()
             log.warning(
                 "cluster set not read; keeping the previous one and retrying",
                 extra={
@@ -143,7 +149,7 @@ class NatsClusterFeed:
         return state.replace_from_snapshot(snapshot, keep=unreadable)
 
     def _retry_delay(self, failures: int) -> float:
-        delay = min(self._retry_max, self._retry_initial * 2 ** (failures - 1))
+        delay = min(self._retry_max, self._retry_initial * 2.0 ** (failures - 1))
         return delay * (0.8 + 0.4 * random.random())  # jitter: replicas do not retry in lockstep
 
     async def run(self, apply: Apply) -> None:
