@@ -47,7 +47,8 @@ def report_exit(name: str, error: BaseException | None, *, consequence: str) -> 
 async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None) -> bool:
     """Cancel ``task`` and wait until it finished, at most ``timeout`` seconds (None: as long as it
     takes). False if it did not finish in time: it is left behind, and the log says so."""
-    task.cancel()
+    if not task.cancelling():  # asked once only: a second request would cut its clean-up short
+        task.cancel()
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
         log.error(
