@@ -1,4 +1,7 @@
-"""The composition root: ``create_app(settings)`` builds the clients, the live feed and the routes."""
+"""The composition root: ``create_app(settings)`` builds the clients, the live feed and the routes.
+
+The live feed's connection loop is the dashboard's one background task, owned by ``ServiceTasks``
+(a crash is logged, restarted with back-off and shown in /readyz)."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from trainwatch_common.observability.health import health_routes
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_dashboard import admin, pages
 from trainwatch_dashboard.backends import build_backends
 from trainwatch_dashboard.live import Broker, LiveFeed
@@ -136,6 +140,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
     broker = Broker(queue_size=settings.sse_queue_size)
     feed = LiveFeed(broker)
     live = LiveConnection(settings, feed)
+    tasks = ServiceTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -150,19 +155,18 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
             settings=settings, backends=backends, broker=broker, feed=feed, templates=build_templates()
         )
         app.state.live = live
-        live_task = asyncio.create_task(live.run(), name="dashboard live feed")
+        tasks.start("dashboard-live-feed", live.run)
         try:
             yield
         finally:
-            live_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await live_task
+            await tasks.stop()
             await live.close()
             await backends.aclose()
 
     app = FastAPI(title="Trainwatch dashboard", lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.broker = broker
-    for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed)):
+    app.state.tasks = tasks
+    for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed), tasks=tasks):
         app.router.routes.append(route)
     static_dir = resources.files("trainwatch_dashboard") / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")

@@ -1,4 +1,8 @@
-"""The composition root: clients, rules, cluster directory, channel workers, consumer, health."""
+"""The composition root: clients, rules, cluster directory, channel workers, consumer, health.
+
+The long-running loops (health server, cluster directory, rules, acks, keep-alive, consumer) are
+owned by ``ServiceTasks``: a crash is logged, restarted with back-off and shown in /readyz.
+"""
 
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from starlette.applications import Starlette
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.streams import NOTIFIER_CONSUMER
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
 from trainwatch_notifier.deadletter import DeadLetters
@@ -53,6 +58,7 @@ class Notifier:
         self.health_port: int | None = None
         self._nc: NATS | None = None
         self._redis: Redis | None = None
+        self.tasks = ServiceTasks()
 
     async def _redis_ok(self) -> bool:
         return self._redis is not None and bool(await self._redis.ping())
@@ -114,8 +120,11 @@ class Notifier:
         assert self.rules.current is not None
         workers.apply(self.rules.current)
         self.rules.on_change = workers.apply
+        tasks = self.tasks = ServiceTasks()  # this run's: a stopped owner starts nothing again
         health = HealthServer(
-            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
+            Starlette(routes=health_routes(self._checks(), tasks=tasks)),
+            host=settings.http_host,
+            port=settings.http_port,
         )
         durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
         consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
@@ -132,37 +141,31 @@ class Notifier:
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
         )
-        background: list[asyncio.Task[None]] = []
-        consuming: asyncio.Task[None] | None = None
+        health_started = asyncio.Event()
         try:
-            async with asyncio.TaskGroup() as group:
-                health_started = asyncio.Event()
-                background += [
-                    group.create_task(health.serve(health_started), name="notifier-health"),
-                    group.create_task(self.clusters.watch(js), name="notifier-clusters"),
-                    group.create_task(self.rules.watch(), name="notifier-rules"),
-                ]
+            async with tasks:  # on any way out: the rest stopped, newest first
+                tasks.start("notifier-health", lambda: health.serve(health_started))
+                tasks.start("notifier-clusters", lambda: self.clusters.watch(js))
+                tasks.start("notifier-rules", self.rules.watch)
                 await health_started.wait()
                 self.health_port = health.port
                 await self.clusters.loaded.wait()  # route with labels from the first event on
-                consuming = group.create_task(consumer.run(), name="notifier-consumer")
-                background += [
-                    group.create_task(consumer.acknowledge(), name="notifier-acks"),
-                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive"),
-                ]
+                # Started before the consumer, so stopped after it: acks and keep-alive go on
+                # while the workers drain.
+                tasks.start("notifier-acks", consumer.acknowledge)
+                tasks.start("notifier-keepalive", lambda: consumer.keep_alive(ack_wait / 3))
+                tasks.start("notifier-consumer", consumer.run)
                 self.ready.set()
                 log.info("notifier consuming", extra={"instance": self.instance, "health_port": health.port})
                 await stop.wait()
                 log.info("notifier stopping")
-                consuming.cancel()
+                await tasks.stop_task("notifier-consumer")  # stop reading first
                 await consumer.close()  # events held back for order are not routed any more
                 drained = await workers.drain(settings.shutdown_grace_seconds)
                 if not drained:
                     log.warning("shutdown grace over with sends pending; they will be redelivered")
                 await workers.close()
                 await consumer.put_back()
-                for task in background:
-                    task.cancel()
         finally:
             self.ready.clear()
             await consumer.close()

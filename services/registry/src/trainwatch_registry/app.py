@@ -1,19 +1,18 @@
 """The composition root: ``create_app(settings)`` and the lifespan that builds everything.
 
 Start-up: engine and migrations, the encryption keys (refusing to start without one), the
-NATS bus, the outbox relay and the health consumer as named tasks, then the import folder.
-Shutdown (SIGTERM via uvicorn): the tasks are cancelled and awaited, the engine disposed.
+NATS bus, the outbox relay and the health consumer as named tasks (``ServiceTasks``: a crash is
+logged, restarted with back-off and shown in /readyz), then the import folder. Shutdown (SIGTERM
+via uvicorn): the tasks are stopped newest first, the engine disposed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from redis.asyncio import Redis
@@ -22,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainwatch_common.auth import ApiTokens
 from trainwatch_common.observability.health import health_routes
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
 from trainwatch_registry.api.deps import ConnectivityCheck, Services
 from trainwatch_registry.api.errors import install_error_handlers
@@ -97,7 +97,7 @@ def intake_policy(settings: RegistrySettings) -> IntakePolicy:
 
 
 def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -> FastAPI:
-    tasks: list[asyncio.Task[None]] = []
+    tasks = ServiceTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -128,14 +128,11 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             )
             app.state.engine, app.state.bus = engine, bus
 
-            def start(name: str, coro: Coroutine[Any, Any, None]) -> None:
-                tasks.append(asyncio.create_task(coro, name=name))
-
-            start("registry-nats", bus.run())
+            tasks.start("registry-nats", bus.run)
             if settings.registry_outbox_relay_enabled:
-                start("registry-outbox-relay", relay.run())
+                tasks.start("registry-outbox-relay", relay.run)
             if settings.registry_health_consumer_enabled:
-                start("registry-health-consumer", HealthConsumer(engine=engine, bus=bus).run())
+                tasks.start("registry-health-consumer", HealthConsumer(engine=engine, bus=bus).run)
             if settings.registry_import_dir is not None:
                 try:
                     await import_directory(registry, settings.registry_import_dir)
@@ -145,11 +142,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             yield
         finally:
             app.state.services = None
-            # Stop the users of the bus before the bus itself, newest first.
-            for task in reversed(tasks):
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            tasks.clear()
+            await tasks.stop()  # newest first: the users of the bus before the bus itself
             if lease_proofs is not None:
                 await lease_proofs.close()
             await engine.dispose()
@@ -165,6 +158,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     )
     app.state.tokens = tokens or ApiTokens()
     app.state.services = None
+    app.state.tasks = tasks
     install_error_handlers(app)
     app.include_router(clusters.router)
 
@@ -176,6 +170,6 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     def nats_ready() -> bool:
         return bool(app.state.bus.connected)
 
-    app.router.routes.extend(health_routes({"database": database_ready, "nats": nats_ready}))
+    app.router.routes.extend(health_routes({"database": database_ready, "nats": nats_ready}, tasks=tasks))
     app.add_middleware(BodyLimit, max_bytes=settings.registry_max_request_bytes)
     return app

@@ -1,7 +1,9 @@
 """The composition root: settings → NATS, Redis, publisher, state, supervisor, feed, health server.
 
 ``WatcherApp.run(stop)`` runs until ``stop`` is set (SIGTERM/SIGINT in ``run``), then stops
-every cluster, drains NATS and closes Redis.
+every cluster, drains NATS and closes Redis. Its long-running loops (health server, cluster
+feed, claim loop) are owned by ``ServiceTasks``: a crash is logged, restarted with back-off and
+shown in /readyz; the clusters themselves are the supervisor's keyed tasks (``TaskMap``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from trainwatch_common.events.clusters import ClusterSpec
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_watcher.claims import GRACEFUL_REASONS, ClaimLoop, ClaimMetrics
 from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
@@ -63,6 +66,7 @@ class WatcherApp:
         self.supervisor: ClusterSupervisor | None = None
         self.claims: ClaimLoop | None = None
         self.health_server: HealthServer | None = None
+        self.tasks: ServiceTasks | None = None
         self.ready = asyncio.Event()
 
     def _lease_proven(self, cluster_id: str, epoch: int) -> bool:
@@ -84,7 +88,9 @@ class WatcherApp:
         s = self.settings
         if s.registry_url is None and s.kubeconfig_dir is not None:
             return FolderClusterFeed(KubeconfigFolder(s.kubeconfig_dir))
-        return NatsClusterFeed(nc, resync_interval=s.safety_resync_interval)
+        return NatsClusterFeed(
+            nc, resync_interval=s.safety_resync_interval, read_failures=self.metrics.cluster_set_read_failures
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -177,18 +183,17 @@ class WatcherApp:
                     nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
                 )
 
-            app = Starlette(routes=health_routes({"ready": ready_check}, registry=self.metrics.registry))
-            self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
+            tasks = self.tasks = ServiceTasks()
+            app = Starlette(
+                routes=health_routes({"ready": ready_check}, registry=self.metrics.registry, tasks=tasks)
+            )
+            health_server = self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [
-                        group.create_task(self.health_server.serve(), name="watcher health server"),
-                        group.create_task(feed.run(apply), name="watcher cluster feed"),
-                        group.create_task(claims.run(), name="watcher claims"),
-                    ]
+                async with tasks:  # stopped newest first: claims, feed, health server
+                    tasks.start("watcher-health-server", health_server.serve)
+                    tasks.start("watcher-cluster-feed", lambda: feed.run(apply))
+                    tasks.start("watcher-claims", claims.run)
                     await stop.wait()
-                    for task in tasks:
-                        task.cancel()
             finally:
                 # SIGTERM: drain and stop every cluster (checkpoints written, within the claims'
                 # stop budget), then release the leases at once, so the other replicas take over

@@ -62,3 +62,8 @@ class WatcherMetrics:
             registry=r,
         )
         self.cache_jobs = Gauge("trainwatch_cached_jobs", "Jobs held in informer caches", registry=r)
+        self.cluster_set_read_failures = Counter(
+            "trainwatch_cluster_set_read_failures",
+            "Reads of the registry's desired cluster set that failed and were retried",
+            registry=r,
+        )
