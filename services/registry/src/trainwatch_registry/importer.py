@@ -18,7 +18,7 @@ from pathlib import Path
 
 from pydantic import SecretStr, ValidationError
 
-from trainwatch_registry.documents import MAX_DOCUMENT_BYTES
+from trainwatch_common.kubeconfig_yaml import MAX_DOCUMENT_BYTES
 from trainwatch_registry.kubeconfig import KubeconfigRefused
 from trainwatch_registry.models import ClusterCreate, ClusterUpdate, ImportedFile, ImportReport
 from trainwatch_registry.registrations import ClusterConflict, Registry

@@ -19,8 +19,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from trainwatch_common import fingerprint
+from trainwatch_common.kubeconfig_yaml import DocumentRefused, load_mapping
 from trainwatch_registry.addresses import AddressPolicy, server_url_problems
-from trainwatch_registry.documents import DocumentRefused, load_mapping
 
 MAX_TOKEN_CHARS = 16 * 1024
 

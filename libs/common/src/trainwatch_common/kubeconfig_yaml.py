@@ -1,5 +1,9 @@
 """Safe reading of a kubeconfig document, YAML or JSON, before anything looks at its meaning.
 
+This is THE kubeconfig parser: every service that reads a kubeconfig an operator typed (the
+registry's intake, the dashboard's context picker) calls ``load_mapping`` and nothing else, so a
+document one of them refuses is refused by all of them.
+
 Limits come first: the size is checked before parsing; YAML aliases are refused outright (a
 kubeconfig needs none, and aliases are how a "billion laughs" document explodes in memory);
 nesting depth and node count are bounded; duplicate keys are refused rather than silently
