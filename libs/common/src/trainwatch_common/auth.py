@@ -29,6 +29,40 @@ _GRANTS: dict[Role, frozenset[Role]] = {
 }
 
 
+MIN_TOKEN_LENGTH = 16
+# What the shipped examples say and what people type when they mean "fill in later".
+_PLACEHOLDERS = ("replace-me", "replaceme", "replace_me", "changeme", "change-me", "change_me", "example")
+
+
+def weak_token_reason(token: str) -> str | None:
+    """Why a configured token must not be accepted (a placeholder, too short), or None.
+
+    The reason never contains the token: it ends up in a start-up error and a log.
+    """
+    lowered = token.lower()
+    if any(word in lowered for word in _PLACEHOLDERS) or lowered in ("secret", "password", "token", "admin"):
+        return "is a placeholder value"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"is shorter than {MIN_TOKEN_LENGTH} characters"
+    return None
+
+
+def refuse_weak_tokens(tokens: dict[str, list[str]]) -> None:
+    """Raise ValueError naming each setting that holds a weak token (by position, never by value)."""
+    problems = [
+        f"{setting} token #{index} {reason}"
+        for setting, values in tokens.items()
+        for index, value in enumerate(values, start=1)
+        if (reason := weak_token_reason(value)) is not None
+    ]
+    if problems:
+        raise ValueError(
+            "refusing to start with weak tokens: "
+            + "; ".join(problems)
+            + " (generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
 class ApiTokens(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINWATCH_", extra="ignore")
 
@@ -43,6 +77,10 @@ class ApiTokens(BaseSettings):
             Role.WATCHER: self.watcher_tokens,
         }
         return [t.strip() for t in raw[role].get_secret_value().split(",") if t.strip()]
+
+    def refuse_weak(self) -> None:
+        """Start-up check: a placeholder such as ``replace-me`` or a short token is a clear error."""
+        refuse_weak_tokens({f"TRAINWATCH_{role.value.upper()}_TOKENS": self._tokens(role) for role in Role})
 
     def role_of(self, token: str) -> Role | None:
         """The role a presented token has (compared in constant time), or None."""
