@@ -144,6 +144,20 @@ class RegistryClient(_Backend):
                 break
         return items
 
+    async def accepts(self, token: str) -> bool:
+        """Whether the registry takes ``token`` for reading (viewer or admin): the sign-in check.
+
+        A refusal (401, 403: unknown token or a role that may not read, such as a watcher's) is
+        False; the registry not answering raises BackendUnavailable, so nobody is let in unchecked.
+        """
+        try:
+            await self._request("GET", "/v1/clusters", params={"limit": 1}, token=token)
+        except BackendRefused as exc:
+            if exc.status in (401, 403):
+                return False
+            raise
+        return True
+
     async def get_cluster(self, cluster_id: str) -> Json:
         body = await self._request("GET", f"/v1/clusters/{cluster_id}")
         return body if isinstance(body, dict) else {}
