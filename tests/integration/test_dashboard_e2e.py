@@ -49,7 +49,7 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ADMIN, VIEWER, WATCHER = "e2e-admin-token", "e2e-viewer-token", "e2e-watcher-token"
+ADMIN, VIEWER, WATCHER = "e2e-admin-token-0123456789", "e2e-viewer-token-0123456789", "e2e-watcher-token-012345"
 SERVICES = (
     "trainwatch_registry",
     "trainwatch_persister",
