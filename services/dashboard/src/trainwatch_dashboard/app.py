@@ -73,6 +73,7 @@ class LiveConnection:
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=1.0,
                     error_cb=self._on_error,
+                    **self._settings.nats_auth(),
                 )
                 await self._feed.start(self.nc)
                 break
