@@ -40,14 +40,15 @@ current-context: first
 """
 
 
-def registry_app(workdir: Path) -> FastAPI:
-    settings = RegistrySettings(
-        _env_file=None,  # type: ignore[call-arg]
-        registry_database_url=f"sqlite+aiosqlite:///{workdir / 'registry.db'}",
-        nats_url="nats://127.0.0.1:1",  # no NATS: the outbox keeps the events, the API does not care
-        registry_encryption_keys=SecretStr(Encryptor.generate_key()),
-        registry_health_consumer_enabled=False,
-    )
+def registry_app(workdir: Path, **overrides: Any) -> FastAPI:
+    values: dict[str, Any] = {
+        "registry_database_url": f"sqlite+aiosqlite:///{workdir / 'registry.db'}",
+        "nats_url": "nats://127.0.0.1:1",  # no NATS: the outbox keeps the events, the API does not care
+        "registry_encryption_keys": SecretStr(Encryptor.generate_key()),
+        "registry_health_consumer_enabled": False,
+    }
+    values.update(overrides)
+    settings = RegistrySettings(_env_file=None, **values)  # type: ignore[call-arg]
     return create_registry(settings, tokens=TOKENS)
 
 
