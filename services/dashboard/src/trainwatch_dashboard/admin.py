@@ -115,7 +115,8 @@ async def edit_cluster_page(request: Request, cluster_id: str) -> Response:
     try:
         cluster = await ui_of(request).backends.registry.get_cluster(cluster_id)
     except BackendError as exc:
-        status = 404 if isinstance(exc, BackendRefused) and exc.status == 404 else 502
+        # The registry's refusal of the id (404, 422) is the answer; 502 only when it failed.
+        status = exc.status if isinstance(exc, BackendRefused) and 400 <= exc.status < 500 else 502
         return render(
             request,
             "cluster_edit.html",

@@ -91,7 +91,8 @@ async def job_page(request: Request, cluster_id: str, uid: str) -> HTMLResponse:
     try:
         job = await ui.backends.query.get_job(cluster_id, uid)
     except BackendRefused as exc:
-        status = 404 if exc.status == 404 else 502
+        # The query API's refusal of the id (404, 422) is the answer; 502 only when it failed.
+        status = exc.status if 400 <= exc.status < 500 else 502
         problem = None if exc.status == 404 else backend_problem(request, exc)
         return render(
             request,
