@@ -9,6 +9,9 @@ An admin may do what a viewer may.
 from __future__ import annotations
 
 import hmac
+import time
+from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 
 from pydantic import Field, SecretStr
@@ -94,6 +97,40 @@ class ApiTokens(BaseSettings):
     @staticmethod
     def allows(role: Role | None, required: Role) -> bool:
         return role is not None and role in _GRANTS[required]
+
+
+class AuthFailures:
+    """Failed authentications per client address over the last minute (every API and the
+    dashboard's sign-in count them): past ``per_minute`` the client waits, whatever it sends,
+    so guessing tokens is slow. In memory, per process: a bound, not an account lockout."""
+
+    WINDOW_SECONDS = 60.0
+    MAX_CLIENTS = 10_000  # addresses tracked; beyond this the stalest are forgotten
+
+    def __init__(self, per_minute: int = 10, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = per_minute
+        self._clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again, or None when it may now."""
+        now = self._clock()
+        times = self._failures.get(client)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.WINDOW_SECONDS:
+            times.popleft()
+        if not times:
+            del self._failures[client]
+            return None
+        if len(times) < self._limit:
+            return None
+        return max(1, int(times[0] + self.WINDOW_SECONDS - now) + 1)
+
+    def record(self, client: str) -> None:
+        if client not in self._failures and len(self._failures) >= self.MAX_CLIENTS:
+            self._failures.pop(next(iter(self._failures)))
+        self._failures.setdefault(client, deque()).append(self._clock())
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -12,16 +12,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
 
+from trainwatch_common.auth import AuthFailures
 from trainwatch_dashboard.backends import RegistryClient
 
 log = logging.getLogger(__name__)
 
-WINDOW_SECONDS = 60.0
 MAX_REMEMBERED = 4096  # accepted-token digests kept; beyond this the oldest are checked again
-MAX_CLIENTS = 10_000  # failure counters kept; beyond this the stalest are forgotten
 
 
 class TooManyFailures(Exception):
@@ -51,21 +49,10 @@ class SignInGuard:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._registry = registry
-        self._limit = failures_per_minute
         self._remember = remember_seconds
         self._clock = clock
         self._accepted: dict[str, float] = {}  # token digest -> when the registry's yes expires
-        self._failures: dict[str, deque[float]] = {}  # client address -> failure times in the window
-
-    def _recent_failures(self, client: str, now: float) -> deque[float]:
-        times = self._failures.get(client)
-        if times is None:
-            return deque()
-        while times and times[0] <= now - WINDOW_SECONDS:
-            times.popleft()
-        if not times:
-            del self._failures[client]
-        return times
+        self._failures = AuthFailures(failures_per_minute, clock=clock)
 
     async def verify(self, token: str, *, client: str, path: str) -> bool:
         """True when the registry accepts ``token``; raises TooManyFailures past the limit and
@@ -75,21 +62,16 @@ class SignInGuard:
         expires = self._accepted.get(digest)
         if expires is not None and expires > now:
             return True
-        failures = self._recent_failures(client, now)
-        if len(failures) >= self._limit:
-            raise TooManyFailures(max(1, int(failures[0] + WINDOW_SECONDS - now) + 1))
+        wait = self._failures.retry_after(client)
+        if wait is not None:
+            raise TooManyFailures(wait)
         if await self._registry.accepts(token):
             if len(self._accepted) >= MAX_REMEMBERED:
                 self._accepted.pop(next(iter(self._accepted)))
             self._accepted[digest] = now + self._remember
             return True
-        self._record_failure(client, now)
+        self._failures.record(client)
         log.warning(
             "authentication failed", extra={"client": client, "path": path, "reason": "token refused"}
         )
         return False
-
-    def _record_failure(self, client: str, now: float) -> None:
-        if client not in self._failures and len(self._failures) >= MAX_CLIENTS:
-            self._failures.pop(next(iter(self._failures)))
-        self._failures.setdefault(client, deque()).append(now)
