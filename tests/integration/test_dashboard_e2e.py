@@ -49,7 +49,8 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ADMIN, VIEWER, WATCHER = "e2e-admin-token", "e2e-viewer-token", "e2e-watcher-token"
+# Long enough for the services' start-up check (placeholders and short tokens are refused).
+ADMIN, VIEWER, WATCHER = "e2e-admin-token-0123456789", "e2e-viewer-token-0123456789", "e2e-watcher-token-0123"
 SERVICES = (
     "trainwatch_registry",
     "trainwatch_persister",

@@ -26,9 +26,10 @@ from trainwatch_common.observability.health import health_routes
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_dashboard import admin, pages
 from trainwatch_dashboard.backends import build_backends
+from trainwatch_dashboard.guard import SignInGuard
 from trainwatch_dashboard.live import Broker, LiveFeed
 from trainwatch_dashboard.settings import DashboardSettings
-from trainwatch_dashboard.web import Ui, build_templates
+from trainwatch_dashboard.web import HostAndHeaders, Ui, build_templates
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +77,7 @@ class LiveConnection:
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=1.0,
                     error_cb=self._on_error,
+                    **self._settings.nats_auth(),
                 )
                 await self._feed.start(self.nc)
                 break
@@ -151,8 +153,18 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
             timeout=settings.backend_timeout_seconds,
             transport=transport,
         )
+        guard = SignInGuard(
+            backends.registry,
+            failures_per_minute=settings.auth_failures_per_minute,
+            remember_seconds=settings.session_check_seconds,
+        )
         app.state.ui = Ui(
-            settings=settings, backends=backends, broker=broker, feed=feed, templates=build_templates()
+            settings=settings,
+            backends=backends,
+            broker=broker,
+            feed=feed,
+            templates=build_templates(),
+            guard=guard,
         )
         app.state.live = live
         tasks.start("dashboard-live-feed", live.run)
@@ -164,6 +176,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
             await backends.aclose()
 
     app = FastAPI(title="Trainwatch dashboard", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(HostAndHeaders, allowed_hosts=settings.allowed_hosts())
     app.state.broker = broker
     app.state.tasks = tasks
     for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed), tasks=tasks):

@@ -77,7 +77,10 @@ class Notifier:
         settings = self.settings
         self.rules.load()  # a bad file at start-up is fatal: there are no previous rules to keep
         self._nc = await nats.connect(
-            servers=settings.nats_servers(), name=f"notifier {self.instance}", max_reconnect_attempts=-1
+            servers=settings.nats_servers(),
+            name=f"notifier {self.instance}",
+            max_reconnect_attempts=-1,
+            **settings.nats_auth(),
         )
         self._redis = Redis.from_url(settings.redis_url)
         client = self._http_client or httpx.AsyncClient(follow_redirects=False)

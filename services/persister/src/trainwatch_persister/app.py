@@ -101,7 +101,10 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
     try:
         if settings.consume:
             nc = await nats.connect(
-                servers=settings.nats_servers(), name="trainwatch-persister", max_reconnect_attempts=-1
+                servers=settings.nats_servers(),
+                name="trainwatch-persister",
+                max_reconnect_attempts=-1,
+                **settings.nats_auth(),
             )
             app.state.nats = nc
             js = nc.jetstream()

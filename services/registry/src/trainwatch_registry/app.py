@@ -108,7 +108,9 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             if settings.registry_migrate_on_start:
                 await upgrade_to_head(engine)
             instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
-            bus = Bus(settings.nats_servers(), name=f"trainwatch-registry {instance}")
+            bus = Bus(
+                settings.nats_servers(), name=f"trainwatch-registry {instance}", auth=settings.nats_auth()
+            )
             relay = OutboxRelay(engine=engine, bus=bus, poll_seconds=settings.registry_outbox_poll_seconds)
             policy = intake_policy(settings)
             registry = Registry(engine=engine, encryptor=encryptor, policy=policy, on_commit=relay.wake)

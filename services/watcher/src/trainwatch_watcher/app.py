@@ -100,6 +100,7 @@ class WatcherApp:
             name=f"trainwatch-watcher {self.instance_id}",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
+            **s.nats_auth(),
         )
         # A blocking pool: thousands of informers share a bounded number of connections and
         # wait for one instead of failing with "Too many connections".

@@ -93,13 +93,34 @@ PHASE_ICONS: dict[str, str] = {
 }
 
 
+# Full-width look-alikes of the characters that open a link ([x](url)), a tag (<at …>, <@U1>,
+# <!channel>, <font>) or a mention (@all) in the chat markups; they read the same and do nothing.
+_INERT = {"[": "\uff3b", "]": "\uff3d", "<": "\uff1c", ">": "\uff1e", "@": "\uff20"}
+
+
+def neutralise(value: str, *, chars: str = "[]<>@") -> str:
+    """Text from a cluster made inert in a chat markup that documents no escape (DingTalk, WeCom):
+    each of ``chars`` becomes its full-width look-alike, and "://" gets a zero-width space so no
+    renderer turns a bare URL into a link. Only Trainwatch decides who is mentioned and what links."""
+    for char in chars:
+        value = value.replace(char, _INERT[char])
+    return value.replace("://", ":\u200b//")
+
+
 @dataclass(frozen=True, slots=True)
 class Mention:
-    """Who to @: a display name and the channel-specific id (None: show the name only)."""
+    """Who to @: a display name and the channel-specific id (None: show the name only).
+
+    The name may come from a job's owner annotation (cluster data), and every channel writes it
+    into its markup, so it is made inert here, once, for all of them. The ids come from the rules.
+    """
 
     name: str
     user_id: str | None
     mobile: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", neutralise(self.name))  # frozen: set once, at creation
 
 
 # Free text a job's message can be trimmed in, in the order it is given up. Kubernetes bounds the

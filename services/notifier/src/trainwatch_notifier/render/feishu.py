@@ -87,7 +87,9 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
         }
         return {"msg_type": "post", "content": {"post": post}}
     mention = _card_mentions([facts.mention]) if facts.mention else ""
-    markdown = text.markdown(facts, message, mention=mention, link=False)  # the button carries the link
+    markdown = text.markdown(  # the button carries the link
+        facts, message, markup=text.FEISHU_MARKDOWN, mention=mention, link=False
+    )
     return _card(f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"))
 
 
@@ -137,6 +139,8 @@ def _digest(digest: DigestFacts, body_format: str) -> Body:
         post = {_post_language(digest.language): {"title": digest.title(), "content": paragraphs}}
         body = {"msg_type": "post", "content": {"post": post}}
     else:
-        markdown = text.digest_markdown(digest, mentions=_card_mentions(mentions))
+        markdown = text.digest_markdown(
+            digest, markup=text.FEISHU_MARKDOWN, mentions=_card_mentions(mentions)
+        )
         body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
     return body
