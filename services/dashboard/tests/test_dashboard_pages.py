@@ -256,6 +256,24 @@ async def test_clusters_page_shows_health_owner_and_counts(client: httpx.AsyncCl
     assert "phase-failed" in text
 
 
+async def test_a_reachable_cluster_forbidden_on_a_kind_is_not_shown_healthy(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 14: credentials refused on every job kind still showed "Reachable" and nothing else."""
+    kinds = {
+        "job": {"state": "forbidden", "error": "403"},
+        "pytorchjob": {"state": "forbidden", "error": "403"},
+        "mpijob": {"state": "not_installed"},
+    }
+    monkeypatch.setitem(CLUSTER, "health", {**CLUSTER["health"], "kinds": kinds})
+    text = (await client.get("/clusters")).text
+    assert 'data-state="forbidden"' in text
+    assert "Forbidden" in text
+    assert "pytorchjob · forbidden" in text
+    assert "mpijob" not in text  # not installed: not a kind of this cluster
+    assert 'data-state="ok"' not in text
+
+
 async def test_language_switch_by_query_then_cookie(client: httpx.AsyncClient) -> None:
     response = await client.get("/jobs?lang=zh-CN")
     assert "任务" in response.text

@@ -185,6 +185,21 @@ def phase_counts(stats: Mapping[str, Any]) -> dict[str, dict[str, int]]:
     return out
 
 
+def cluster_state(health: Mapping[str, Any] | None) -> str:
+    """One word for a cluster card: unknown, unreachable, forbidden (credentials refused on some
+    kind: reachable is not healthy), failing, or ok. Mirrors ``cluster_state`` in dashboard.js."""
+    if not health:
+        return "unknown"
+    if not health.get("reachable"):
+        return "unreachable"
+    states = {kind.get("state") for kind in (health.get("kinds") or {}).values() if isinstance(kind, Mapping)}
+    if "forbidden" in states:
+        return "forbidden"
+    if "failing" in states:
+        return "failing"
+    return "ok"
+
+
 def sorted_phase_counts(counts: Mapping[str, int]) -> list[tuple[str, int]]:
     return [(phase, counts[phase]) for phase in PHASES if counts.get(phase)]
 

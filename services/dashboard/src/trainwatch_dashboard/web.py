@@ -57,6 +57,7 @@ def build_templates() -> Jinja2Templates:
     env.globals.update(
         format_time=presenters.format_time,
         format_duration=presenters.format_duration,
+        cluster_state=presenters.cluster_state,
         job_duration=presenters.job_duration,
         phase_class=presenters.phase_class,
         query_string=presenters.query_string,

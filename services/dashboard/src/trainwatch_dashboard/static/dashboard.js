@@ -157,6 +157,26 @@
   }
 
   // ---- clusters -------------------------------------------------------------------------
+  // Mirrors presenters.cluster_state: reachable with a kind forbidden is not healthy.
+  function clusterState(h) {
+    if (!h.reachable) return "unreachable";
+    const states = Object.values(h.kinds || {}).map((k) => k.state);
+    if (states.includes("forbidden")) return "forbidden";
+    if (states.includes("failing")) return "failing";
+    return "ok";
+  }
+
+  function kindTags(h) {
+    if (!h.kinds) return (h.kinds_served || []).map((k) => el("span", { class: "tag" }, k));
+    return Object.keys(h.kinds).sort()
+      .filter((k) => h.kinds[k].state !== "not_installed")
+      .map((k) => {
+        const state = h.kinds[k].state;
+        const label = state === "watching" ? k : k + " · " + msg("clusters.kind_state." + state);
+        return el("span", { class: "tag kind-" + state }, label);
+      });
+  }
+
   function clustersPage() {
     const list = document.querySelector(".cluster-list");
     if (!list) return;
@@ -166,9 +186,11 @@
         if (!card) return;
         const field = (name) => card.querySelector(`[data-field="${name}"]`);
         const reachable = field("reachable");
-        reachable.textContent = h.reachable ? msg("clusters.reachable") : msg("clusters.unreachable");
-        reachable.className = "health " + (h.reachable ? "ok" : "bad");
-        field("kinds").replaceChildren(...(h.kinds_served || []).flatMap((k) => [el("span", { class: "tag" }, k), " "]));
+        const state = clusterState(h);
+        reachable.textContent = msg("clusters.state." + state);
+        reachable.className = "health " + (state === "ok" ? "ok" : "bad");
+        reachable.dataset.state = state;
+        field("kinds").replaceChildren(...kindTags(h).flatMap((tag) => [tag, " "]));
         field("owner").textContent = h.owner || "—";
         field("lag").textContent = h.watch_lag_seconds == null ? "—" : h.watch_lag_seconds.toFixed(1) + "s";
         field("error").textContent = h.last_error || "—";
