@@ -46,6 +46,22 @@ def assert_ids_name_one_event(job_events: JobEvents) -> None:
         by_position[position] = event.event_id
 
 
+async def _watched_demo_cluster(
+    sim: kubesim.Simulator, registry: FakeRegistry, watcher: RunningWatcher, *, seed: int
+) -> kubesim.ScenarioDriver:
+    """Cluster "alpha" with every kind, registered and watched; its scenario driver."""
+    alpha = await sim.add_cluster("alpha")
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=ALL)
+    return kubesim.ScenarioDriver(alpha, seed=seed, rate=100)
+
+
+async def _consistent_and_unique(job_events: JobEvents, driver: kubesim.ScenarioDriver) -> None:
+    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
+    assert_ids_name_one_event(job_events)
+
+
 async def _while_away(driver: kubesim.ScenarioDriver, changes: int) -> None:
     at_start = len(driver.truth)
     await eventually(lambda: len(driver.truth) >= at_start + changes, message="changes while away")
@@ -81,11 +97,8 @@ async def test_a_re_added_cluster_continues_its_jobs_sequences(
 ) -> None:
     """Finding 4: removing a cluster deleted its checkpoints, so the re-added cluster restarted
     every job at sequence 0 and JetStream dropped its events as duplicates."""
-    alpha = await sim.add_cluster("alpha")
-    await registry.add(alpha)
-    await watcher.start()
-    await watcher.wait_synced("alpha", informers=ALL)
-    driver = kubesim.ScenarioDriver(alpha, seed=41, rate=100)
+    driver = await _watched_demo_cluster(sim, registry, watcher, seed=41)
+    alpha = driver.cluster
 
     async def remove_and_re_add() -> None:
         await registry.remove("alpha")
@@ -98,8 +111,7 @@ async def test_a_re_added_cluster_continues_its_jobs_sequences(
         await registry.add(alpha)
 
     await _run_demo_around(driver, job_events, remove_and_re_add)
-    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
-    assert_ids_name_one_event(job_events)
+    await _consistent_and_unique(job_events, driver)
 
 
 async def test_redis_losing_its_data_costs_a_relist_not_an_event(
@@ -110,11 +122,7 @@ async def test_redis_losing_its_data_costs_a_relist_not_an_event(
     redis: Redis,
 ) -> None:
     """Finding 5: with its checkpoints gone the watcher started every job again at sequence 0."""
-    alpha = await sim.add_cluster("alpha")
-    await registry.add(alpha)
-    await watcher.start()
-    await watcher.wait_synced("alpha", informers=ALL)
-    driver = kubesim.ScenarioDriver(alpha, seed=42, rate=100)
+    driver = await _watched_demo_cluster(sim, registry, watcher, seed=42)
 
     async def lose_redis() -> None:
         await watcher.kill()
@@ -123,8 +131,7 @@ async def test_redis_losing_its_data_costs_a_relist_not_an_event(
         await watcher.start()
 
     await _run_demo_around(driver, job_events, lose_redis)
-    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
-    assert_ids_name_one_event(job_events)
+    await _consistent_and_unique(job_events, driver)
 
 
 async def test_a_checkpoint_restored_from_an_older_snapshot_yields_to_the_stream(
@@ -136,11 +143,8 @@ async def test_a_checkpoint_restored_from_an_older_snapshot_yields_to_the_stream
 ) -> None:
     """Finding 5: Redis restarted from an older snapshot has checkpoints behind the stream;
     continuing from them re-used the sequences of events already emitted."""
-    alpha = await sim.add_cluster("alpha")
-    await registry.add(alpha)
-    await watcher.start()
-    await watcher.wait_synced("alpha", informers=ALL)
-    driver = kubesim.ScenarioDriver(alpha, seed=43, rate=100)
+    driver = await _watched_demo_cluster(sim, registry, watcher, seed=43)
+    alpha = driver.cluster
     snapshot: dict[bytes, bytes] = {}
 
     async def restore_old_snapshot() -> None:
@@ -159,8 +163,7 @@ async def test_a_checkpoint_restored_from_an_older_snapshot_yields_to_the_stream
 
     await _run_demo_around(driver, job_events, restore_old_snapshot)
     assert snapshot, "the snapshot held checkpoints"
-    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
-    assert_ids_name_one_event(job_events)
+    await _consistent_and_unique(job_events, driver)
 
 
 class _LateStaleOwner(StreamHistory):
@@ -304,8 +307,7 @@ async def test_a_checkpoint_level_with_the_stream_is_resumed_without_reading_the
     await watcher.start(history_factory=_CountingHistory)
     await watcher.wait_synced("alpha", informers=2)
     assert _CountingHistory.reads == 2, "a lost checkpoint must be rebuilt from the stream"
-    await eventually(lambda: assert_consistent_with_truth(job_events, driver.truth, "alpha") is None)
-    assert_ids_name_one_event(job_events)
+    await _consistent_and_unique(job_events, driver)
 
 
 async def test_a_deleted_job_brought_back_by_an_etcd_restore_continues_after_its_deletion(
