@@ -257,20 +257,20 @@ class Report:
         lines.insert(1, "  ".join("-" * w for w in widths))
         return "\n".join(lines)
 
-    def failing_jobs(self, truth: dict[str, list[TruthRow]], limit: int | None = 25) -> list[str]:
-        """One line per failing (surface, job): identity, the truth, and what went wrong."""
+    def failing_jobs(self, truth: dict[str, list[TruthRow]], per_surface: int | None = 8) -> list[str]:
+        """One line per failing (surface, job): identity and what went wrong; at most
+        ``per_surface`` of each surface (None: all)."""
         lines = []
         for s in SURFACES:
-            for r in self.results[s]:
-                if not r.failed:
-                    continue
+            failing = [r for r in self.results[s] if r.failed]
+            for r in failing[:per_surface]:
                 rows = truth.get(r.uid, [])
                 first = rows[0] if rows else None
                 who = f"{first.cluster}/{first.namespace}/{first.kind}/{first.name}" if first else "?"
-                lines.append(f"{s:6} {r.uid} {who}: {'; '.join(r.notes[:6])}")
-        if limit is None or len(lines) <= limit:
-            return lines
-        return [*lines[:limit], f"... and {len(lines) - limit} more (all of them in report.txt)"]
+                lines.append(f"{s:6} {r.uid} {who}: {'; '.join(r.notes[:4])}")
+            if per_surface is not None and len(failing) > per_surface:
+                lines.append(f"{s:6} ... and {len(failing) - per_surface} more jobs (all in report.txt)")
+        return lines
 
 
 def by_uid(rows: Iterable[TruthRow]) -> dict[str, list[TruthRow]]:

@@ -36,6 +36,7 @@ class Leases:
         self._keys = [manager.lease_key(c) for c in cluster_ids]
         self.current: dict[str, tuple[str, int] | None] = {}
         self.moves = 0  # a cluster's holder changed to another replica
+        self._last_holder: dict[str, str] = {}
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -60,9 +61,11 @@ class Leases:
                     text = raw.decode() if isinstance(raw, bytes) else str(raw)
                     name, _, epoch = text.rpartition("|")
                     holder = (name, int(epoch))
-                before = self.current.get(cluster_id)
-                if before is not None and holder is not None and before[0] != holder[0]:
-                    self.moves += 1
+                if holder is not None:
+                    previous = self._last_holder.get(cluster_id)
+                    if previous is not None and previous != holder[0]:
+                        self.moves += 1  # to another replica, with or without a lapse between
+                    self._last_holder[cluster_id] = holder[0]
                 self.current[cluster_id] = holder
             await asyncio.sleep(0.05)
 

@@ -223,7 +223,9 @@ class Chaos:
         await asyncio.to_thread(s.start_servers)
         await s.start_sink()
         s.start_kubesim(rate=self.mode.rate, concurrency=self.mode.concurrency)
-        self.nc = await nats.connect(s.nats.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
+        self.nc = await nats.connect(
+            s.nats.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=self._nats_error
+        )
         js = self.nc.jetstream()
         await ensure_streams(js, StreamSettings(jobs_duplicate_window_seconds=self.mode.duplicate_window))
         # The durable consumers exist before any event, as in production (the notifier's starts at
@@ -269,6 +271,11 @@ class Chaos:
         response = await self.registry("POST", "/v1/clusters", body)
         if response.status_code not in (200, 201):
             raise RuntimeError(f"registering {cluster_id}: {response.status_code} {response.text}")
+
+    async def _nats_error(self, exc: Exception) -> None:
+        """The run restarts NATS on purpose: one line instead of nats-py's default traceback."""
+        if self.nc is not None and not self.nc.is_reconnecting:
+            print(f"chaos: runner's NATS client: {type(exc).__name__}", flush=True)
 
     def _watcher_logs(self) -> str:
         return "\n".join(f"--- {w.name}\n{w.log_tail(15)}" for w in self.system.watchers.values())
@@ -590,7 +597,8 @@ class Chaos:
             report.table(),
             "(collapsed: intermediate states a relist may skip; lost: terminal states and deletions;",
             " out of order in the last line also counts 'never true' states)",
-            f"sink answers: {dict(sink.answers)}; non-job cards: {other_cards}; "
+            f"sink answers: {dict(sink.answers)} (11232: the notifier exceeded a bot's rate limit); "
+            f"non-job cards: {other_cards}; "
             f"lease moves seen: {self.leases.moves if self.leases else '?'}",
         ]
         if dead:
@@ -607,7 +615,7 @@ class Chaos:
         failing = report.failing_jobs(truth)
         head = ["failing jobs (surface uid cluster/namespace/kind/name: what):"] if failing else []
         print("\n".join([*lines, *head, *("  " + f for f in failing), *tail]), flush=True)
-        everything = [*lines, *head, *("  " + f for f in report.failing_jobs(truth, limit=None)), *tail]
+        everything = [*lines, *head, *("  " + f for f in report.failing_jobs(truth, per_surface=None)), *tail]
         everything += ["", "=== failing jobs in full (truth, then each surface in its order)"]
         for uid in sorted({r.uid for s in SURFACES for r in report.results[s] if r.failed}):
             everything += job_detail(uid, truth.get(uid, []), seen)
