@@ -50,12 +50,13 @@ class TruthRow:
     phase: str
     sub_phase: str | None
     terminal: bool
+    position: int = -1  # where it is in the whole truth log (the order of the writes)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> TruthRow:
+    def from_dict(cls, d: dict[str, Any], position: int = -1) -> TruthRow:
         return cls(
             d["cluster"], d["uid"], d["kind"], d["namespace"], d["name"],
-            d["change"], d["phase"], d["sub_phase"], bool(d["terminal"]),
+            d["change"], d["phase"], d["sub_phase"], bool(d["terminal"]), position,
         )  # fmt: skip
 
     @property
@@ -104,6 +105,7 @@ class JobResult:
     never_true: int = 0
     wrong_final: bool = False
     notes: list[str] = field(default_factory=list)
+    lost_at: list[int] = field(default_factory=list)  # indices of the lost states in the job's truth
 
     @property
     def failed(self) -> bool:
@@ -162,6 +164,7 @@ def compare_job(
             continue
         if required:
             result.lost += 1
+            result.lost_at.append(j)
             result.notes.append(f"lost {fmt(key)}")
         else:
             result.collapsed += 1
@@ -203,6 +206,7 @@ class Report:
     jobs: int
     results: dict[str, list[JobResult]]
     unknown_jobs: dict[str, list[str]]  # surface -> uids seen there that the truth does not know
+    lost_positions: dict[str, list[int]] = field(default_factory=dict)  # surface -> truth log positions
 
     def total(self, surface: str, attribute: str) -> int:
         return sum(int(getattr(r, attribute)) for r in self.results[surface])
@@ -283,6 +287,7 @@ def by_uid(rows: Iterable[TruthRow]) -> dict[str, list[TruthRow]]:
 def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
     truth = by_uid(truth_rows)
     results: dict[str, list[JobResult]] = {s: [] for s in SURFACES}
+    lost: dict[str, list[int]] = {s: [] for s in SURFACES}
 
     def keyed(items: Iterable[Seen], key: Callable[[Seen], Key]) -> list[tuple[Key, str | None]]:
         return [(key(s), s.ident) for s in items]
@@ -306,7 +311,10 @@ def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
                 final=seen.sql_final.get(uid, ABSENT), repeats_are_duplicates=True,
             )
         )  # fmt: skip
-        cards = [(card_key(r.phase, r.terminal), r.terminal) for r in rows if routed_to_cards(r)]
+        for surface in ("stream", "sql"):
+            lost[surface] += [rows[j].position for j in results[surface][-1].lost_at]
+        routed = [r for r in rows if routed_to_cards(r)]
+        cards = [(card_key(r.phase, r.terminal), r.terminal) for r in routed]
         results["cards"].append(
             compare_job(
                 "cards", uid, cards,
@@ -317,9 +325,10 @@ def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
                 repeats_are_duplicates=False,
             )
         )  # fmt: skip
+        lost["cards"] += [routed[j].position for j in results["cards"][-1].lost_at]
     unknown = {
         "stream": sorted(set(seen.stream) - set(truth)),
         "sql": sorted((set(seen.sql) | set(seen.sql_final)) - set(truth)),
         "cards": sorted(set(seen.cards) - set(truth)),
     }
-    return Report(len(truth_rows), len(truth), results, unknown)
+    return Report(len(truth_rows), len(truth), results, unknown, lost)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -134,6 +135,7 @@ class Chaos:
         self.leases: observe.Leases | None = None
         self.health: observe.Health | None = None
         self.timeline: list[str] = []
+        self.steps: list[tuple[str, int]] = [("(warm-up)", 0)]  # (step, truth entries when it began)
         self.problems: list[str] = []  # conditions that did not come true in time
         self.http = httpx.AsyncClient(timeout=30)
 
@@ -530,8 +532,10 @@ class Chaos:
         await self.stream_grows(30, 60, "warm-up events")
         for name, step in self.schedule():
             began = time.monotonic()
+            self.steps.append((name, int((await self.kubesim("/stats"))["entries"])))
             await step()
             self.log(f"step done: {name} ({time.monotonic() - began:.1f}s)")
+        self.steps.append(("(after the last fault)", int((await self.kubesim("/stats"))["entries"])))
         stopped = await self.kubesim("/scenarios/stop", {"timeout": 60})
         self.log(f"scenarios stopped: {stopped['entries']} true transitions, complete={stopped['complete']}")
         if not stopped["complete"]:
@@ -569,7 +573,8 @@ class Chaos:
 
     async def compare(self) -> Report:
         assert self.nc is not None
-        truth = [TruthRow.from_dict(d) for d in (await self.kubesim("/truth"))["entries"]]
+        entries = (await self.kubesim("/truth"))["entries"]
+        truth = [TruthRow.from_dict(d, position) for position, d in enumerate(entries)]
         stored = await observe.read_stream(self.nc)
         sql, sql_final = await observe.read_sql(self.system.database_url)
         cards, other = observe.cards_by_uid(list(self.system.sink.received))
@@ -607,6 +612,7 @@ class Chaos:
             if report.unknown_jobs[s]:
                 unknown = report.unknown_jobs[s]
                 lines.append(f"{s}: {len(unknown)} jobs not in the truth, e.g. {unknown[:3]}")
+        lines += self.lost_by_step(report)
         tail = []
         if self.problems:
             tail.append("conditions not met in time (reported, not failed on: the comparison decides):")
@@ -621,6 +627,25 @@ class Chaos:
             everything += job_detail(uid, truth.get(uid, []), seen)
         everything += ["", "=== timeline", *self.timeline]
         (self.system.run_dir / "report.txt").write_text("\n".join(everything) + "\n")
+
+    def lost_by_step(self, report: Report) -> list[str]:
+        """Lost states by the step during which they were *written* (the cause may be a later
+        step: a state kept only in a checkpoint that a later Redis wipe forgets)."""
+        if not any(report.lost_positions.values()):
+            return []
+        starts = [start for _, start in self.steps]
+        counts: dict[str, dict[str, int]] = {}
+        for surface, positions in report.lost_positions.items():
+            for position in positions:
+                name = self.steps[bisect.bisect_right(starts, position) - 1][0]
+                counts.setdefault(name, {}).setdefault(surface, 0)
+                counts[name][surface] += 1
+        lines = ["lost, by the step during which the true state was written (stream/sql/cards):"]
+        for name, _ in self.steps:
+            if name in counts:
+                c = counts[name]
+                lines.append(f"  {name}: {c.get('stream', 0)}/{c.get('sql', 0)}/{c.get('cards', 0)}")
+        return lines
 
     async def close(self) -> None:
         if self.leases is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from chaos.compare import Observations, Seen, TruthRow, compare
 
 
@@ -78,3 +80,10 @@ def test_cards_alike_in_a_row_are_not_duplicates_but_a_card_sent_again_is() -> N
     assert not ok.failed
     again = compare(volcano, Observations(cards={"u1": [suspended, failed, failed]})).results["cards"][0]
     assert (again.duplicated, again.collapsed) == (1, 1)
+
+
+def test_lost_states_are_located_in_the_truth_log() -> None:
+    placed = [dataclasses.replace(r, position=10 + i) for i, r in enumerate(LIFE)]
+    report = compare(placed, Observations(stream={"u1": seen(placed[:4])}))
+    assert report.lost_positions["stream"] == [14, 15]  # the terminal Succeeded and the deletion
+    assert report.lost_positions["cards"] == [14]
