@@ -640,7 +640,12 @@ class Chaos:
                 name = self.steps[bisect.bisect_right(starts, position) - 1][0]
                 counts.setdefault(name, {}).setdefault(surface, 0)
                 counts[name][surface] += 1
-        lines = ["lost, by the step during which the true state was written (stream/sql/cards):"]
+        in_stream = set(report.lost_positions["cards"]) - set(report.lost_positions["stream"])
+        lines = [
+            f"lost cards whose state the stream does hold (the notifier's own losses): {len(in_stream)}"
+            f" of {len(report.lost_positions['cards'])}",
+            "lost, by the step during which the true state was written (stream/sql/cards):",
+        ]
         for name, _ in self.steps:
             if name in counts:
                 c = counts[name]
