@@ -14,8 +14,11 @@ The promise (docs/contracts.md) decides what counts:
   is terminal). A true state that is missing is **lost** when it is *required* (a terminal
   state, or the deletion) and **collapsed** otherwise: a relist after a 410 or a dropped watch
   legitimately shows only the state the job has reached, skipping intermediate ones.
-- An observed state that repeats one already delivered (the same event id again, or the same
-  state right after itself, where the watcher may emit only changes) is **duplicated**.
+- An observed state that repeats one already delivered is **duplicated**: the same state right
+  after itself (the watcher emits only changes) or under an event id already used for another
+  state (an id must name one event forever). The same id with the same state again is a
+  **replay**: every consumer recognises it by its id (contracts: "a replay is recognised as
+  such"), so it is reported in its own column and not failed on.
 - An observed state that comes after a later one, i.e. one that matches a true state the job
   had already passed, is **out of order**; one the job never had is **never true** (reported,
   and counted with out of order in the summary line: both break the per-job history).
@@ -103,6 +106,7 @@ class JobResult:
     duplicated: int = 0
     out_of_order: int = 0
     never_true: int = 0
+    replayed: int = 0  # the same event id with the same state again (reported, not failed on)
     wrong_final: bool = False
     notes: list[str] = field(default_factory=list)
     lost_at: list[int] = field(default_factory=list)  # indices of the lost states in the job's truth
@@ -132,10 +136,12 @@ def compare_job(
     last_good: Key | None = None
     for key, ident in seen:
         if ident is not None:
+            if ident in idents and idents[ident] == key:
+                result.replayed += 1  # the same event again: every consumer recognises it by its id
+                continue
             if ident in idents:
                 result.duplicated += 1
-                same = "same state" if idents[ident] == key else f"was {fmt(idents[ident])}: id reused"
-                result.notes.append(f"id ...{ident[-40:]} again as {fmt(key)} ({same})")
+                result.notes.append(f"id ...{ident[-40:]} reused: {fmt(idents[ident])}, then {fmt(key)}")
                 continue
             idents[ident] = key
         if repeats_are_duplicates and key == previous:
@@ -234,7 +240,7 @@ class Report:
         )
 
     def table(self) -> str:
-        head = ("surface", "expected", "seen", "collapsed", "lost", "duplicated", "wrong final",
+        head = ("surface", "expected", "seen", "replayed", "collapsed", "lost", "duplicated", "wrong final",
                 "out of order", "never true", "jobs failing", "unknown jobs")  # fmt: skip
         rows = [head]
         for s in SURFACES:
@@ -243,6 +249,7 @@ class Report:
                     s,
                     str(self.total(s, "expected")),
                     str(self.total(s, "observed")),
+                    str(self.total(s, "replayed")),
                     str(self.total(s, "collapsed")),
                     str(self.total(s, "lost")),
                     str(self.total(s, "duplicated")),

@@ -50,9 +50,16 @@ def test_a_relist_may_collapse_intermediate_states_but_not_terminal_ones() -> No
 
 def test_duplicates_by_id_and_by_repeated_state() -> None:
     items = seen(LIFE)
-    again = [*items[:2], items[1], Seen("transition", "Running", None, False, ident="other"), *items[2:]]
+    reused = Seen("transition", "Failed", None, True, ident=items[1].ident)
+    again = [
+        *items[:2],
+        items[1],
+        Seen("transition", "Running", None, False, ident="other"),
+        reused,
+        *items[2:],
+    ]
     stream = compare(LIFE, Observations(stream={"u1": again})).results["stream"][0]
-    assert stream.duplicated == 2
+    assert (stream.replayed, stream.duplicated) == (1, 2)  # a replay; a repeated state and a reused id
     assert not stream.lost
 
 
