@@ -43,6 +43,7 @@ from trainwatch_common.streams import (
     PERSISTER_CONSUMER,
     StreamSettings,
     ensure_streams,
+    stream_configs,
 )
 
 Condition = Callable[[], Awaitable[bool] | bool]
@@ -65,7 +66,10 @@ class Mode:
     redis_down: float = 2.0  # fault
     postgres_down: float = 5.0  # fault
     read_timeout: float = 3.0  # the watchers' silent-watch timeout; the stall lasts longer
-    duplicate_window: float = 10.0  # JOBS' Nats-Msg-Id window, shortened to reach "after it"
+    # JOBS' Nats-Msg-Id window: production's for the whole run, shortened to this only around the
+    # "re-added after the window" step, so every other fault meets the window a real one does.
+    duplicate_window: float = 15 * 60.0
+    short_window: float = 10.0
     ack_wait: float | None = 10.0  # the durable consumers' redelivery delay (None: production's)
     notifier_env: dict[str, str] = field(default_factory=dict)
     settle_timeout: float = 45.0
@@ -93,7 +97,7 @@ MODES = {
         redis_down=5.0,
         postgres_down=30.0,
         read_timeout=10.0,
-        duplicate_window=60.0,
+        short_window=45.0,
         ack_wait=None,  # production's: the notifier's 60 s redelivery is part of what is tested
         settle_timeout=240.0,
         quiet=10.0,
@@ -105,7 +109,6 @@ MODES = {
         burst_jobs=100,
         load_jobs=100,
         faults=False,
-        duplicate_window=15 * 60.0,
         ack_wait=None,
         settle_timeout=480.0,
         quiet=10.0,
@@ -452,22 +455,37 @@ class Chaos:
         self.log(f"fault: {cluster}'s token rotated (old one 401), registry updated: {response.status_code}")
         await self.wait_streaming(at, f"after rotating {cluster}")
 
+    async def set_duplicate_window(self, seconds: float) -> None:
+        """Change the JOBS stream's de-dup window in place (the server forgets older ids)."""
+        assert self.nc is not None
+        js = self.nc.jetstream()
+        jobs = stream_configs(StreamSettings(jobs_duplicate_window_seconds=seconds))[0]
+        await js.update_stream(config=jobs)
+
     async def remove_and_readd(self, *, after_window: bool) -> None:
         """Remove a cluster from the registry and register it again. Its jobs are held meanwhile,
         so every true change happens while it is watched and the truth stays comparable; the
-        jobs that live across the removal go on afterwards."""
+        jobs that live across the removal go on afterwards.
+
+        Within the window: production's window. After it: the window is shortened to
+        ``short_window`` while the cluster is away and for as long again once its jobs go on
+        (the ids of its earlier events are then forgotten, as they would be 15 min later),
+        then set back."""
         assert self.leases is not None
         cluster = self.rng.choice(self.system.cluster_ids)
         kubeconfig = next(c["kubeconfig"] for c in await self._kubesim_clusters() if c["name"] == cluster)
         await self.kubesim("/hold", {"cluster": cluster})
         held = time.monotonic()
         response = await self.registry("DELETE", f"/v1/clusters/{cluster}")
-        when = f"after the {self.mode.duplicate_window:.0f}s de-dup window" if after_window else "within it"
-        self.log(f"fault: {cluster} removed from the registry ({response.status_code}), re-added {when}")
+        window = self.mode.short_window if after_window else self.mode.duplicate_window
+        when = "after" if after_window else "within"
+        self.log(f"fault: {cluster} removed from the registry ({response.status_code}), "
+                 f"re-added {when} the de-dup window ({window:.0f}s)")  # fmt: skip
         await self.wait(lambda: self.leases is not None and self.leases.owner(cluster) is None,
                         timeout=20, what=f"{cluster} released after removal")  # fmt: skip
-        if after_window:  # the window itself: its last events' ids are forgotten by JetStream
-            await asyncio.sleep(max(0.0, held + self.mode.duplicate_window + 2 - time.monotonic()))
+        if after_window:
+            await self.set_duplicate_window(window)
+            await asyncio.sleep(max(0.0, held + window + 2 - time.monotonic()))  # the window itself
         readded = time.monotonic()
         await self.add_cluster(cluster, kubeconfig)
         await self.wait(
@@ -475,6 +493,10 @@ class Chaos:
         )
         await self.kubesim("/release", {"cluster": cluster})
         self.log(f"  {cluster} watched again after {time.monotonic() - readded:.1f}s; its jobs go on")
+        if after_window:
+            await asyncio.sleep(window)  # its jobs' next events meet the short window, as in production
+            await self.set_duplicate_window(self.mode.duplicate_window)
+            self.log(f"  de-dup window back to {self.mode.duplicate_window:.0f}s")
 
     async def lease_moves_while_notifier_lags(self) -> None:
         s = self.system
