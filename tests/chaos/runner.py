@@ -244,20 +244,22 @@ class Chaos:
         await self.health.start()
         self.leases = observe.Leases(s.redis.url, s.cluster_ids)
         self.leases.start()
+        # Every service at once (they start slowly on a busy machine); the watchers find the
+        # registry's clusters whenever they are registered (an event each).
         registry = s.start_registry()
         persister = s.start_persister()
         notifier = s.start_notifier()
+        for _ in range(3):
+            s.start_watcher()
         kubesim_up = await self.wait(self._kubesim_up, timeout=60, what="kubesim up")
         for proc in (registry, persister, notifier):
             if not await self.wait_ready(proc):
                 raise RuntimeError(f"{proc.name} did not start:\n{proc.log_tail()}")
         if not kubesim_up:
             raise RuntimeError(f"kubesim did not start:\n{s.kubesim.log_tail() if s.kubesim else ''}")
+        since = time.monotonic()
         for cluster in await self._kubesim_clusters():
             await self.add_cluster(cluster["name"], cluster["kubeconfig"])
-        since = time.monotonic()
-        for _ in range(3):
-            s.start_watcher()
         if not await self.wait_streaming(since, "start", timeout=90):
             raise RuntimeError("the watchers did not take every cluster:\n" + self._watcher_logs())
         self.log(f"started: {s.describe()}")
@@ -297,13 +299,13 @@ class Chaos:
             await self.reowned_and_replaced(victim.name, orphans)
 
     async def reowned_and_replaced(self, victim: str, orphans: list[str]) -> None:
-        """After a replica died: its clusters streaming under others, then a replacement (a new
-        pod) started and given its share."""
-        killed = time.monotonic()
+        """After a replica died: a replacement (a new pod) starts at once, as a Deployment's
+        would; the dead one's clusters stream again under someone within the TTL, and the
+        replacement gets its share."""
+        killed = started = time.monotonic()
+        replacement = self.system.start_watcher()
         await self.wait(lambda: self.all_streaming(killed, orphans), timeout=15, what=f"{victim}'s clusters")
         self.log(f"  its clusters owned and streaming again after {time.monotonic() - killed:.1f}s")
-        replacement = self.system.start_watcher()
-        started = time.monotonic()
 
         def took_share() -> bool:
             return bool(self.leases and self.leases.owned_by(replacement.name)) and self.all_streaming(
@@ -333,12 +335,11 @@ class Chaos:
         await self.wait(rate_limited, timeout=30, what="the notifier waiting on a rate limit")
         s.notifier.kill()
         self.log("fault: kill -9 the notifier while it waits on a bot's rate limit")
+        s.start_notifier()  # restarted at once, as a Deployment would
         await self.stream_grows(15, 20, "the burst going on")
         s.persister.kill()
         self.log("fault: kill -9 the persister mid-burst")
-        await self.stream_grows(15, 20, "the burst going on")
         s.start_persister()
-        s.start_notifier()
         await self.wait_ready(s.persister)
         await self.wait_ready(s.notifier)
         self.log("  notifier and persister back")
@@ -468,9 +469,8 @@ class Chaos:
         jobs that live across the removal go on afterwards.
 
         Within the window: production's window. After it: the window is shortened to
-        ``short_window`` while the cluster is away and for as long again once its jobs go on
-        (the ids of its earlier events are then forgotten, as they would be 15 min later),
-        then set back."""
+        ``short_window`` while the cluster is away, so the ids of its earlier events are
+        forgotten as they would be 15 minutes later, and set back before it is re-added."""
         assert self.leases is not None
         cluster = self.rng.choice(self.system.cluster_ids)
         kubeconfig = next(c["kubeconfig"] for c in await self._kubesim_clusters() if c["name"] == cluster)
@@ -486,6 +486,9 @@ class Chaos:
         if after_window:
             await self.set_duplicate_window(window)
             await asyncio.sleep(max(0.0, held + window + 2 - time.monotonic()))  # the window itself
+            # Forgotten ids stay forgotten when the window grows again (checked against
+            # nats-server): the cluster's earlier ids are now as good as 15 minutes old.
+            await self.set_duplicate_window(self.mode.duplicate_window)
         readded = time.monotonic()
         await self.add_cluster(cluster, kubeconfig)
         await self.wait(
@@ -493,10 +496,6 @@ class Chaos:
         )
         await self.kubesim("/release", {"cluster": cluster})
         self.log(f"  {cluster} watched again after {time.monotonic() - readded:.1f}s; its jobs go on")
-        if after_window:
-            await asyncio.sleep(window)  # its jobs' next events meet the short window, as in production
-            await self.set_duplicate_window(self.mode.duplicate_window)
-            self.log(f"  de-dup window back to {self.mode.duplicate_window:.0f}s")
 
     async def lease_moves_while_notifier_lags(self) -> None:
         s = self.system
