@@ -363,10 +363,9 @@ class Chaos:
         self.log("  the bot is back")
 
     async def _failed_sends(self) -> float:
+        """Sends that found no bot to talk to (connection refused), not rate-limit answers."""
         assert self.system.notifier is not None
-        total = await self.system.notifier.metric("trainwatch_notifier_sends_total")
-        ok = await self.system.notifier.metric("trainwatch_notifier_sends_total", result="ok")
-        return total - ok
+        return await self.system.notifier.metric("trainwatch_notifier_sends_total", result="transport")
 
     async def _failed_sends_above(self, before: float) -> bool:
         return await self._failed_sends() > before
