@@ -235,6 +235,7 @@ async def run(clusters: int) -> None:
                 **common, "TRAINWATCH_HTTP_PORT": str(ports[f"watcher-{n}"]),
                 "TRAINWATCH_INSTANCE_ID": f"watcher-{n}",
                 "TRAINWATCH_REGISTRY_URL": registry_url, "TRAINWATCH_WATCHER_TOKEN": watcher_token,
+                "TRAINWATCH_ALLOW_LOOPBACK_SERVERS": "true",  # the simulated clusters are on 127.0.0.1
             })
             for n in (1, 2)
         ],

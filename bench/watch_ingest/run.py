@@ -150,7 +150,7 @@ async def fetch_raw_lines(kubeconfig: str, start_rv: str, events: int) -> list[b
     from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
     from trainwatch_watcher.settings import WatchTimings
 
-    client = KubeClient(load_kubeconfig(kubeconfig), timings=WatchTimings())
+    client = KubeClient(load_kubeconfig(kubeconfig), timings=WatchTimings(allow_loopback_servers=True))
     lines: list[bytes] = []
     try:
         params = {"watch": "1", "resourceVersion": start_rv, "timeoutSeconds": "120"}
@@ -217,7 +217,9 @@ async def bench_full_path(
     from trainwatch_watcher.settings import WatcherSettings
     from trainwatch_watcher.state import StateStore, StateWrite
 
-    settings = WatcherSettings(read_timeout=60.0, watch_timeout_seconds=120, use_watch_list=False)
+    settings = WatcherSettings(
+        read_timeout=60.0, watch_timeout_seconds=120, use_watch_list=False, allow_loopback_servers=True
+    )
     nc = await nats.connect(nats_url)
     redis = Redis.from_url(redis_url)
     await ensure_streams(nc.jetstream())
@@ -313,6 +315,7 @@ def idle_streams_rss(conn: Any, configs: list[str], clusters: int, nats_url: str
             read_timeout=600,
             health_interval=600,
             rediscovery_interval=600,
+            allow_loopback_servers=True,
         )
         app = WatcherApp(settings, connections=connections, feed_factory=lambda nc: FixedFeed())
         before = rss_mb()

@@ -49,7 +49,8 @@ CHROMIUM_FLAGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-ADMIN, VIEWER, WATCHER = "e2e-admin-token", "e2e-viewer-token", "e2e-watcher-token"
+# Long enough for the services' start-up check (placeholders and short tokens are refused).
+ADMIN, VIEWER, WATCHER = "e2e-admin-token-0123456789", "e2e-viewer-token-0123456789", "e2e-watcher-token-0123"
 SERVICES = (
     "trainwatch_registry",
     "trainwatch_persister",
@@ -216,6 +217,7 @@ async def system(nats_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator
             TRAINWATCH_WATCHER_TOKEN=WATCHER,
             TRAINWATCH_HEALTH_INTERVAL="2",
             TRAINWATCH_INSTANCE_ID="watcher-e2e",
+            TRAINWATCH_ALLOW_LOOPBACK_SERVERS="true",
         )  # fmt: skip
         dashboard = f"http://127.0.0.1:{ports['dashboard']}"
         stack.start(

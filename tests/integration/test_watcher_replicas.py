@@ -55,7 +55,7 @@ from trainwatch_common.events.clusters import ClusterHealth
 from trainwatch_common.events.envelope import parse_cluster_health, parse_job_event
 from trainwatch_common.events.ids import job_event_id
 from trainwatch_common.events.jobs import JobStatusEvent
-from trainwatch_common.leases import LeaseManager
+from trainwatch_common.leases import LeaseManager, replica_of
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import NatsServer, RedisServer, eventually, free_port
 from trainwatch_watcher.state import PREFIX as CHECKPOINT_PREFIX
@@ -163,6 +163,7 @@ class Fleet:
             "TRAINWATCH_NATS_URL": self.nats_url,
             "TRAINWATCH_REDIS_URL": self.redis_url,
             "TRAINWATCH_KUBECONFIG_DIR": str(self.kubeconfig_dir),
+            "TRAINWATCH_ALLOW_LOOPBACK_SERVERS": "true",  # kubesim listens on 127.0.0.1
             "TRAINWATCH_LEASE_TTL_MS": str(self.ttl_ms),
             "TRAINWATCH_HEALTH_INTERVAL": "0.5",  # readiness is read from health reports
             "TRAINWATCH_PUBLISH_ACK_TIMEOUT": "1",
@@ -260,7 +261,7 @@ class Leases:
                     holder = None
                     if raw is not None:
                         name, _, epoch = raw.decode().rpartition("|")
-                        holder = (name, int(epoch))
+                        holder = (replica_of(name), int(epoch))  # without the lease's nonce
                     if self.current.get(cluster_id, ()) != holder:
                         self.current[cluster_id] = holder
                         self.changes[cluster_id].append((now, holder))

@@ -45,8 +45,11 @@ async def test_a_published_job_event_reaches_an_sse_client(nats_url: str) -> Non
     nc = await nats.connect(nats_url)
     await ensure_streams(nc.jetstream())
     await nc.close()
-    settings = DashboardSettings(
-        nats_url=nats_url, registry_url="http://127.0.0.1:9", query_url="http://127.0.0.1:9"
+    settings = DashboardSettings(  # an open read-only demo: the stream, not the sign-in, is tested here
+        nats_url=nats_url,
+        registry_url="http://127.0.0.1:9",
+        query_url="http://127.0.0.1:9",
+        dashboard_public_read=True,
     )
     app = create_app(settings)
     async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as client:
@@ -183,6 +186,7 @@ async def test_sigterm_ends_open_streams_and_stops_the_process_promptly(nats_url
         "TRAINWATCH_HTTP_PORT": str(port),
         "TRAINWATCH_REGISTRY_URL": "http://127.0.0.1:9",
         "TRAINWATCH_QUERY_URL": "http://127.0.0.1:9",
+        "TRAINWATCH_DASHBOARD_PUBLIC_READ": "true",  # the stream, not the sign-in, is tested here
     }
     process = subprocess.Popen(  # noqa: ASYNC220 (starting it is instant; waiting is done with eventually)
         [sys.executable, "-m", "trainwatch_dashboard"],

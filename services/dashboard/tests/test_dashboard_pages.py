@@ -152,6 +152,8 @@ class Stand:
                 )
             return httpx.Response(404, json={"detail": "no such job"})
         token = request.headers.get("authorization", "").removeprefix("Bearer ")
+        if token not in (VIEWER, ADMIN):  # as the registry: an unknown token is a 401
+            return httpx.Response(401, json={"detail": "a valid bearer token is required"})
         if method == "GET" and path == "/v1/clusters":
             return httpx.Response(200, json={"data": [CLUSTER], "total": 1, "next_cursor": None})
         if method == "GET" and path == "/v1/clusters/sim-a":
@@ -200,11 +202,15 @@ async def client(stand: Stand) -> AsyncIterator[httpx.AsyncClient]:
         registry_url="http://registry",
         query_url="http://query",
         dashboard_api_token=VIEWER,  # type: ignore[arg-type]
+        dashboard_allowed_hosts="dash",
     )
     app = create_app(settings, transport=httpx.MockTransport(stand))
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app)
         async with httpx.AsyncClient(transport=transport, base_url="http://dash") as c:
+            c.cookies.set(
+                "tw_admin", VIEWER
+            )  # read pages need a sign-in: a viewer's, unless a test changes it
             yield c
 
 
@@ -258,12 +264,13 @@ async def test_language_switch_by_query_then_cookie(client: httpx.AsyncClient) -
     client.cookies.set("tw_lang", "zh-CN")
     again = await client.get("/clusters")
     assert "可访问" in again.text
-    client.cookies.clear()
+    client.cookies.delete("tw_lang")
     english = await client.get("/clusters", headers={"accept-language": "en-US"})
     assert "Reachable" in english.text
 
 
 async def test_admin_actions_need_a_sign_in(client: httpx.AsyncClient, stand: Stand) -> None:
+    client.cookies.clear()
     page = await client.get("/clusters/new")
     assert page.status_code == 303
     assert page.headers["location"].startswith("/admin/signin")
@@ -320,9 +327,16 @@ async def test_registry_validation_errors_come_back_plainly(client: httpx.AsyncC
 async def test_a_refused_admin_token_signs_the_browser_out(client: httpx.AsyncClient) -> None:
     client.cookies.set("tw_admin", "wrong")
     answer = await client.post("/admin/clusters/sim-a/delete", json={"confirm": "sim-a"})
-    assert answer.status_code == 403
+    assert answer.status_code == 401
     assert answer.json()["signin"] is True
     assert 'tw_admin=""' in answer.headers["set-cookie"]
+
+
+async def test_a_viewer_token_may_read_but_not_change_and_stays_signed_in(client: httpx.AsyncClient) -> None:
+    answer = await client.post("/admin/clusters/sim-a/delete", json={"confirm": "sim-a"})
+    assert answer.status_code == 403
+    assert "admin token" in answer.json()["problems"][0]
+    assert "set-cookie" not in answer.headers
 
 
 async def test_edit_rotate_and_remove(client: httpx.AsyncClient, stand: Stand) -> None:
@@ -365,8 +379,12 @@ async def test_kubeconfig_contexts_are_listed_without_secrets(client: httpx.Asyn
 
 
 async def test_backends_down_show_a_banner_not_a_500() -> None:
-    settings = DashboardSettings(
-        nats_url="nats://127.0.0.1:1", registry_url="http://127.0.0.1:9", query_url="http://127.0.0.1:9"
+    settings = DashboardSettings(  # an open read-only demo: nothing could check a sign-in
+        nats_url="nats://127.0.0.1:1",
+        registry_url="http://127.0.0.1:9",
+        query_url="http://127.0.0.1:9",
+        dashboard_allowed_hosts="d",
+        dashboard_public_read=True,
     )
     app = create_app(settings)
     transport = httpx.ASGITransport(app)

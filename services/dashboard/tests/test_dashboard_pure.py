@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
+from trainwatch_common.kubeconfig_yaml import MAX_DOCUMENT_BYTES
 from trainwatch_dashboard import i18n, presenters
 from trainwatch_dashboard.backends import Page, problems_of
 
@@ -78,11 +79,11 @@ def test_kubeconfig_contexts_yaml_json_and_refusals() -> None:
         ["j"],
         None,
     )
-    for bad, reason in (("[1, 2]", "mapping"), ("a: [", "not valid"), ("contexts: 3", "not a list")):
+    for bad, reason in (("[1, 2]", "mapping"), ("a: [", "invalid YAML"), ("contexts: 3", "not a list")):
         with pytest.raises(ValueError, match=reason):
             presenters.kubeconfig_contexts(bad)
     with pytest.raises(ValueError, match="1 MiB"):
-        presenters.kubeconfig_contexts("#" * (presenters.MAX_KUBECONFIG_BYTES + 1))
+        presenters.kubeconfig_contexts("#" * (MAX_DOCUMENT_BYTES + 1))
 
 
 def test_phase_counts_from_the_persisters_rows_and_other_shapes() -> None:

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.api import Header
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
 
 from trainwatch_common import (
     JobRef,
     JobStatusEvent,
     Phase,
     ReplicaCounts,
+    ensure_streams,
     job_event_id,
     job_subject,
     wrap_job_event,
@@ -137,3 +142,39 @@ async def running(notifier: Notifier) -> AsyncIterator[Notifier]:
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
+
+
+async def consumer_with_ack_wait(js: JetStreamContext, ack_wait: float) -> None:
+    """The durable consumer as production has it, but redelivering after ``ack_wait`` seconds."""
+    await ensure_streams(js)
+    await js.add_consumer(
+        "JOBS",
+        config=ConsumerConfig(
+            durable_name="notifier",
+            deliver_policy=DeliverPolicy.NEW,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait,
+            max_ack_pending=1000,
+        ),
+    )
+
+
+async def all_acked(js: JetStreamContext) -> bool:
+    info = await js.consumer_info("JOBS", "notifier")
+    return info.num_ack_pending == 0 and info.num_pending == 0
+
+
+def notifier_process(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``python -m trainwatch_notifier`` with these TRAINWATCH_* settings, logging to a file."""
+    log = log_path.open("ab")
+    command = [sys.executable, "-m", "trainwatch_notifier"]
+    try:
+        return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
+    finally:
+        log.close()  # the child has its own copy
+
+
+def kill(process: subprocess.Popen[bytes]) -> None:
+    """kill -9: no shutdown, no put-back; what the process held comes back after the ack wait."""
+    process.send_signal(signal.SIGKILL)
+    process.wait(10)

@@ -12,10 +12,20 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_chat_sinks import WEBHOOK_SECRET, ChatSinks
+from notifier_support import (
+    all_acked,
+    consumer_with_ack_wait,
+    feishu_rules,
+    kill,
+    make_event,
+    notifier_process,
+    publish,
+    running,
+    settings_for,
+)
+from redis.asyncio import Redis
 
-from trainwatch_common import ensure_streams
 from trainwatch_common.testing import eventually
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.deadletter import REASON_HEADER
@@ -24,22 +34,7 @@ from trainwatch_notifier.sink import FeishuSink
 
 async def short_ack_wait_consumer(js: JetStreamContext) -> None:
     """The durable consumer as production has it, but redelivering after 1 s instead of 60 s."""
-    await ensure_streams(js)
-    await js.add_consumer(
-        "JOBS",
-        config=ConsumerConfig(
-            durable_name="notifier",
-            deliver_policy=DeliverPolicy.NEW,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=1.0,
-            max_ack_pending=1000,
-        ),
-    )
-
-
-async def all_acked(js: JetStreamContext) -> bool:
-    info = await js.consumer_info("JOBS", "notifier")
-    return info.num_ack_pending == 0 and info.num_pending == 0
+    await consumer_with_ack_wait(js, 1.0)
 
 
 async def test_cancelled_after_the_send_is_recorded_and_before_the_ack(
@@ -131,3 +126,100 @@ async def test_killed_process_between_send_and_ack(
         [letter] = await subscription.fetch(1, timeout=5)
         assert letter.headers is not None
         assert letter.headers[REASON_HEADER] == "unconfirmed-send"
+
+
+async def test_killed_while_waiting_on_the_rate_limit_is_sent_after_the_restart(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    await short_ack_wait_consumer(js)
+    # one message per 8 s: the second event waits for its token, with nothing on the wire
+    limits = "    rate_limits: [{count: 1, per_seconds: 8}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    env = {
+        "TRAINWATCH_NATS_URL": nats_url,
+        "TRAINWATCH_REDIS_URL": redis_url,
+        "TRAINWATCH_RULES_FILE": str(rules),
+        "TRAINWATCH_HTTP_PORT": "0",
+        "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "1",
+        "TRAINWATCH_LOG_FORMAT": "text",
+    }
+    process = notifier_process(env, tmp_path / "notifier.log")
+    second = make_event(name="second", sequence=4)
+    second_key = f"trainwatch:notified:ml-feishu:{second.event_id}"
+    try:
+        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await publish(js, make_event(name="first"))
+        await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the first is sent")
+        await publish(js, second)
+        await eventually(
+            lambda: redis.exists(second_key), timeout=10, message="the second is taken and waiting"
+        )
+        kill(process)  # well before its token comes back: the second was never sent
+    finally:
+        if process.poll() is None:
+            kill(process)
+    assert len(feishu_sink.received) == 1
+
+    settings = settings_for(
+        nats_url=nats_url, redis_url=redis_url, rules_file=rules, unconfirmed_after_seconds=1.0
+    )
+    async with running(Notifier(settings)):
+        await eventually(lambda: all_acked(js), timeout=30, message="the second is settled")
+    assert (await js.stream_info("DEADLETTER")).state.messages == 0  # not "unconfirmed-send"
+    assert len(feishu_sink.received) == 2
+    assert "second" in feishu_sink.received[1].body["card"]["header"]["title"]["content"]
+
+
+async def test_killed_while_backing_off_from_an_outage_is_sent_after_the_restart(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    sinks: ChatSinks,
+    rules_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    await short_ack_wait_consumer(js)
+    sinks.script.extend([(503, "down for maintenance", {})] * 1000)  # the bot is down
+    url = sinks.url("/hook")
+    rules = rules_path(
+        f"channels: {{audit: {{type: webhook, url: '{url}', secret: {WEBHOOK_SECRET}}}}}\n"
+        "rules: [{name: all, channels: [audit]}]\n"
+    )
+    log_path = tmp_path / "notifier.log"
+    env = {
+        "TRAINWATCH_NATS_URL": nats_url,
+        "TRAINWATCH_REDIS_URL": redis_url,
+        "TRAINWATCH_RULES_FILE": str(rules),
+        "TRAINWATCH_HTTP_PORT": "0",
+        "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "1",
+        "TRAINWATCH_RETRY_BASE_SECONDS": "20",  # a long back-off: the kill lands in it
+        "TRAINWATCH_LOG_FORMAT": "text",
+    }
+    process = notifier_process(env, log_path)
+    try:
+        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await publish(js, make_event())
+        await eventually(
+            lambda: "send failed, retrying" in log_path.read_text(),
+            timeout=20,
+            message="the first attempt failed and the notifier backs off",
+        )
+        kill(process)
+    finally:
+        if process.poll() is None:
+            kill(process)
+    sinks.script.clear()  # the bot is back
+
+    settings = settings_for(
+        nats_url=nats_url, redis_url=redis_url, rules_file=rules, unconfirmed_after_seconds=1.0
+    )
+    async with running(Notifier(settings)):
+        await eventually(lambda: all_acked(js), timeout=30, message="the event is settled")
+    assert (await js.stream_info("DEADLETTER")).state.messages == 0  # not "unconfirmed-send"
+    assert len(sinks.accepted.get("webhook", [])) == 1  # sent once, after the restart

@@ -81,3 +81,41 @@ async def test_a_quiet_channel_sends_one_message_per_event(
         await eventually(lambda: len(feishu_sink.received) == 3)
     colours = [r.body["card"]["header"]["template"] for r in feishu_sink.received]
     assert colours == ["orange", "grey", "green"]
+
+
+async def test_a_burst_with_long_reasons_is_told_whole_within_the_body_limit(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    # 100 jobs listed one by one with 1,000-character reasons would be ~110 KB; Feishu takes 20 KB
+    digest = "    digest: {threshold: 1, window_seconds: 60, hold_seconds: 1.0, max_listed: 100}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=digest))
+    async with running(Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))):
+        await publish(js, make_event(name="first"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the first failure, on its own")
+        for index in range(100):
+            reason = "BackoffLimitExceeded/" + "E" * 1000
+            await publish(js, make_event(name=f"long-{index:03d}", uid=f"uid-{index}", reason=reason))
+
+        async def acked() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(acked, timeout=20, message="every event settled")
+    assert (await js.stream_info("DEADLETTER")).state.messages == 0  # no digest lost to its size
+    covered = 0
+    for received in feishu_sink.received:
+        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
+        covered += int(match.group(1)) if match else 1
+    assert covered == 101
+    assert feishu_sink.answers.get(9499, 0) == 0  # the bot never refused a body as too big
+    digest_markdown = next(
+        r.body["card"]["body"]["elements"][0]["content"]
+        for r in feishu_sink.received
+        if "job updates" in r.body["card"]["header"]["title"]["content"]
+    )
+    assert "— BackoffLimitExceeded/EEE" in digest_markdown  # each listed job keeps a trimmed reason
+    assert "E" * 1000 not in digest_markdown

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 
 from redis.asyncio import Redis
@@ -72,7 +73,7 @@ def test_burst_detector_counts_sends_in_its_window() -> None:
 async def test_replicas_share_a_bots_budget_through_redis(redis_url: str) -> None:
     clients = [Redis.from_url(redis_url), Redis.from_url(redis_url)]
     try:
-        replicas = [BotLimits(redis=client, instance=f"replica-{i}") for i, client in enumerate(clients)]
+        replicas = [BotLimits(redis=client) for client in clients]
         buckets = [limits.bucket("feishu:https://bot", [(3, 0.5)]) for limits in replicas]
         taken: list[float] = []
 
@@ -92,3 +93,43 @@ async def test_replicas_share_a_bots_budget_through_redis(redis_url: str) -> Non
     finally:
         for client in clients:
             await client.aclose()
+
+
+INCARNATION = """
+import asyncio, sys
+from redis.asyncio import Redis
+from trainwatch_notifier.limits import BotLimits
+
+async def main(url: str, tokens: int) -> None:
+    redis = Redis.from_url(url)
+    # A restarted process: the same settings, the same bot, a fresh start.
+    bucket = BotLimits(redis=redis).bucket("feishu:https://bot", [(3, 30.0)])
+    for _ in range(tokens):
+        try:
+            await asyncio.wait_for(bucket.acquire(), 1.0)
+            print("taken", flush=True)
+        except TimeoutError:
+            print("waiting", flush=True)
+    await redis.aclose()
+
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
+async def incarnation(redis_url: str, tokens: int) -> list[str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", INCARNATION, redis_url, str(tokens), stdout=asyncio.subprocess.PIPE
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0
+    return output.decode().split()
+
+
+async def test_a_restarted_process_with_the_same_instance_id_still_respects_the_budget(
+    redis_url: str, redis: Redis
+) -> None:
+    assert await incarnation(redis_url, 2) == ["taken"] * 2  # 2 of the 3 per 30 s are spent
+    # its successor gets the one left, then waits: it must not overwrite the spent tokens
+    assert await incarnation(redis_url, 3) == ["taken", "waiting", "waiting"]
+    [key] = [key async for key in redis.scan_iter("trainwatch:ratelimit:*")]
+    assert await redis.zcard(key) == 3

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import nats
 from nats.js import JetStreamContext
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_support import all_acked, feishu_rules, make_event, publish, running, settings_for
 
 from trainwatch_common.testing import NatsServer, RedisServer, eventually
 from trainwatch_notifier.app import Notifier
@@ -27,6 +27,7 @@ async def test_redis_outage_delays_but_does_not_lose_or_repeat(
     async with running(notifier):
         await publish(js, make_event(name="before"))
         await eventually(lambda: len(feishu_sink.received) == 1)
+        await eventually(lambda: all_acked(js), message="the first is recorded as sent and acked")
         redis_process.stop()
         await publish(js, make_event(name="during"))
 
@@ -41,11 +42,7 @@ async def test_redis_outage_delays_but_does_not_lose_or_repeat(
             lambda: len(feishu_sink.received) == 2, timeout=20, message="delivered after the outage"
         )
 
-        async def acked() -> bool:
-            info = await js.consumer_info("JOBS", "notifier")
-            return info.num_ack_pending == 0 and info.num_pending == 0
-
-        await eventually(acked, timeout=10)
+        await eventually(lambda: all_acked(js), timeout=10)
     assert len(feishu_sink.received) == 2
 
 

@@ -58,7 +58,7 @@ async def test_failed_job_reaches_feishu_once_and_is_acked(
         assert 'trainwatch_notifier_deliveries_total{channel="ml-feishu",outcome="duplicate"}' in metrics
 
 
-async def test_stale_epoch_is_acked_and_not_notified(
+async def test_an_event_from_a_fenced_out_owner_is_still_notified(
     nats_url: str,
     redis_url: str,
     js: JetStreamContext,
@@ -66,14 +66,20 @@ async def test_stale_epoch_is_acked_and_not_notified(
     feishu_sink: FeishuSink,
     rules_path: Callable[[str], Path],
 ) -> None:
-    await redis.set("trainwatch:epoch:alpha", 5)  # the cluster's lease has been taken 5 times
+    # The lease moved (epoch 5) after the old owner published its event (epoch 4). The new owner's
+    # copy has the same event id, so JetStream drops it: the old owner's copy is the only one.
+    await redis.set("trainwatch:epoch:alpha", 5)
     rules = rules_path(feishu_rules(feishu_sink.url("ml")))
     async with running(Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))):
-        await publish(js, make_event(name="from-old-owner", epoch=4))
+        await publish(js, make_event(name="from-old-owner", phase=Phase.SUCCEEDED, epoch=4))
         await publish(js, make_event(name="from-new-owner", epoch=5))
-        await eventually(lambda: len(feishu_sink.received) == 1)
+        await eventually(lambda: len(feishu_sink.received) == 2, message="both events notified")
         await eventually(lambda: all_acked(js), message="both acked")
-    assert "from-new-owner" in feishu_sink.received[0].body["card"]["header"]["title"]["content"]
+    titles = [r.body["card"]["header"]["title"]["content"] for r in feishu_sink.received]
+    assert titles == [
+        "✅ PyTorchJob team-a/from-old-owner Succeeded",
+        "❌ PyTorchJob team-a/from-new-owner Failed",
+    ]
 
 
 async def test_cluster_labels_from_the_registry_bucket_route_events(

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from trainwatch_persister import openapi
 from trainwatch_persister.__main__ import main
 from trainwatch_persister.database import async_url, make_engine, safe_url
-from trainwatch_persister.migrate import current_revision, migrate
+from trainwatch_persister.migrate import MIGRATIONS, current_revision, migrate
 from trainwatch_persister.tables import NAME_TRIGRAM_INDEX, metadata
 
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -30,7 +30,10 @@ async def test_migrations_match_the_tables_and_run_twice(database_url: str) -> N
         async with engine.connect() as conn:
             assert await current_revision(conn) == "0002"
             differences = await conn.run_sync(
-                lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
+                lambda sync: compare_metadata(
+                    MigrationContext.configure(sync, opts={"version_table": MIGRATIONS.version_table}),
+                    metadata,
+                )
             )
             dialect = conn.dialect.name
             if dialect == "postgresql":

@@ -13,11 +13,13 @@ import pytest
 from fastapi import FastAPI
 from nats.js.errors import NotFoundError
 from pydantic import SecretStr
-from registry_kubeconfigs import ADMIN
+from redis.asyncio import Redis
+from registry_kubeconfigs import ADMIN, WATCHER
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.leases import LEASE_PROOF_HEADER, LeaseManager, new_holder
 from trainwatch_registry.app import create_app
 from trainwatch_registry.crypto import Encryptor
 from trainwatch_registry.database import async_url
@@ -73,6 +75,18 @@ class Harness:
         async with self.engine.connect() as conn:
             return list(await conn.execute(select(outbox).order_by(outbox.c.id)))
 
+    async def watcher_headers(self, cluster_id: str, replica: str = "test-watcher") -> dict[str, str]:
+        """A watcher's headers for reading ``cluster_id``'s connection: the watcher token and the
+        value of a lease on the cluster, taken in the registry's Redis as a watcher would."""
+        redis = Redis.from_url(self.settings.redis_url)
+        try:
+            leases = LeaseManager(redis, prefix=self.settings.redis_prefix)
+            lease = await leases.acquire(cluster_id, new_holder(replica))
+            assert lease is not None, f"someone else holds {cluster_id}'s lease"
+        finally:
+            await redis.aclose()
+        return {**WATCHER, LEASE_PROOF_HEADER: lease.value}
+
     async def create(self, body: dict[str, Any]) -> dict[str, Any]:
         response = await self.client.post("/v1/clusters", json=body, headers=ADMIN)
         assert response.status_code == 201, response.text
@@ -97,17 +111,25 @@ def database_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def registry(sqlite_url: str, nats_url: str, encryption_key: str) -> AsyncIterator[Harness]:
-    """The registry on SQLite (the embedded default) with a real nats-server."""
-    settings = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key)
+async def registry(
+    sqlite_url: str, nats_url: str, redis_url: str, encryption_key: str
+) -> AsyncIterator[Harness]:
+    """The registry on SQLite (the embedded default) with a real nats-server and Redis."""
+    settings = make_settings(
+        database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key, redis_url=redis_url
+    )
     async with running_registry(settings) as harness:
         yield harness
 
 
 @pytest.fixture
-async def registry_on(database_url: str, nats_url: str, encryption_key: str) -> AsyncIterator[Harness]:
+async def registry_on(
+    database_url: str, nats_url: str, redis_url: str, encryption_key: str
+) -> AsyncIterator[Harness]:
     """The registry on SQLite and on PostgreSQL (parametrized)."""
-    settings = make_settings(database_url=database_url, nats_url=nats_url, encryption_key=encryption_key)
+    settings = make_settings(
+        database_url=database_url, nats_url=nats_url, encryption_key=encryption_key, redis_url=redis_url
+    )
     async with running_registry(settings) as harness:
         yield harness
 

@@ -60,6 +60,19 @@ class FakeApiServer:
                 {"kind": "APIGroupList", "groups": [{"name": g, "versions": v} for g, v in groups.items()]}
             )
         group_version = request.path.removeprefix("/apis/")
+        group_version, _, plural = (
+            group_version.rpartition("/")
+            if group_version.count("/") == 2
+            else (
+                group_version,
+                "",
+                "",
+            )
+        )
+        if plural:  # a LIST of a served kind: an empty one
+            if plural in SERVED.get(group_version, ()):
+                return web.json_response({"kind": "List", "metadata": {"resourceVersion": "1"}, "items": []})
+            return web.json_response({"kind": "Status", "code": 404}, status=404)
         if group_version in SERVED:
             resources = [{"name": name, "namespaced": True} for name in SERVED[group_version]]
             return web.json_response(

@@ -18,7 +18,7 @@ async def test_create_get_list_update_delete(registry_on: Harness) -> None:
     assert created["context"] == "main"
     assert created["server"] == "https://k8s.example.com:6443"
     assert created["auth_method"] == "token"
-    assert created["connection_fingerprint"].startswith("sha256:")
+    assert created["connection_fingerprint"].startswith("hmac-sha256:")
     assert "kubeconfig" not in created
 
     fetched = (await client.get("/v1/clusters/gpu-east", headers=VIEWER)).json()

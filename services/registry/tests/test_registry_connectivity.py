@@ -46,6 +46,7 @@ async def test_dry_run_reports_version_and_kinds_and_stores_nothing(
     assert report["ok"] is True, report
     assert report["server_version"]["git_version"].startswith("v1.")
     assert report["kinds_served"] == ["job", "mpijob", "pytorchjob"]
+    assert report["kinds"] == {"job": "allowed", "mpijob": "allowed", "pytorchjob": "allowed"}
     assert await loopback_registry.cluster_rows() == []
     assert await loopback_registry.outbox_rows() == []
 
@@ -129,3 +130,49 @@ async def test_a_tightened_policy_refuses_to_test_a_loopback_cluster(
         response = await after.client.post("/v1/clusters/alpha/test", headers=ADMIN)
     assert response.status_code == 422
     assert response.json()["detail"][0]["type"] == "kubeconfig.server_loopback"
+
+
+async def test_credentials_without_rbac_fail_the_test_per_kind(
+    loopback_registry: Harness, sim_cluster: kubesim.Cluster
+) -> None:
+    # A real apiserver: discovery answers any authenticated user; every LIST/WATCH of a kind is 403.
+    no_rbac = sim_cluster.add_token(allowed=False)
+    body = create_body("alpha", sim_cluster.kubeconfig_yaml(token=no_rbac))
+    result = (
+        await loopback_registry.client.post("/v1/clusters?dry_run=true", json=body, headers=ADMIN)
+    ).json()
+    report = result["connectivity"]
+    assert report["ok"] is False, report
+    assert report["kinds_served"] == ["job", "mpijob", "pytorchjob"]
+    assert report["kinds"] == {"job": "forbidden", "mpijob": "forbidden", "pytorchjob": "forbidden"}
+    assert "403" in report["error"]
+    assert "job, mpijob, pytorchjob" in report["error"]
+
+    await loopback_registry.create(create_body("alpha", sim_cluster.kubeconfig_yaml(token=no_rbac)))
+    tested = (await loopback_registry.client.post("/v1/clusters/alpha/test", headers=ADMIN)).json()
+    assert tested["ok"] is False
+    assert tested["kinds"]["pytorchjob"] == "forbidden"
+
+
+async def test_a_kind_whose_storage_is_initializing_counts_as_allowed(loopback_registry: Harness) -> None:
+    async with kubesim.Simulator() as sim:
+        cluster = await sim.add_cluster("fresh", kinds=[kubesim.PYTORCHJOB], storage_init_seconds=30)
+        body = create_body("fresh", cluster.kubeconfig_yaml())
+        result = (
+            await loopback_registry.client.post("/v1/clusters?dry_run=true", json=body, headers=ADMIN)
+        ).json()
+        assert any(status == 429 for _, _, status in cluster.requests)  # authorized, then 429
+    assert result["connectivity"]["ok"] is True
+    assert result["connectivity"]["kinds"] == {"pytorchjob": "allowed"}
+
+
+def test_clusters_list_shows_forbidden_kinds_as_not_ok() -> None:
+    from trainwatch_registry.cli import _health_state
+
+    forbidden = {
+        "reachable": True,
+        "kinds": {"pytorchjob": {"state": "forbidden"}, "tfjob": {"state": "not_installed"}},
+    }
+    assert "forbidden" in _health_state(forbidden)
+    assert "ok" in _health_state({"reachable": True, "kinds": {"pytorchjob": {"state": "watching"}}})
+    assert "down" in _health_state({"reachable": False})

@@ -19,6 +19,7 @@ from conftest import TOKENS, make_settings
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 
+from trainwatch_common.testing.servers import RedisServer
 from trainwatch_registry import openapi
 from trainwatch_registry.app import create_app
 
@@ -28,7 +29,7 @@ _spec = json.loads(openapi.PUBLISHED.read_text())
 class _RunningApp:
     """The app with its lifespan running on a loop in a background thread (schemathesis is sync)."""
 
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, redis_url: str) -> None:
         from trainwatch_registry.crypto import Encryptor
 
         self.settings = make_settings(
@@ -36,6 +37,7 @@ class _RunningApp:
             nats_url="nats://127.0.0.1:1",  # no NATS: the outbox keeps the events; the API must not care
             encryption_key=Encryptor.generate_key(),
             registry_health_consumer_enabled=False,
+            redis_url=redis_url,  # the watchers' leases, which /connection checks
         )
         self.app = create_app(self.settings, tokens=TOKENS)
         self.loop = asyncio.new_event_loop()
@@ -68,10 +70,18 @@ class _RunningApp:
 
 @pytest.fixture(scope="module")
 def running_app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_RunningApp]:
-    database = Path(tmp_path_factory.mktemp("schemathesis")) / "registry.db"
-    url = os.environ.get("REGISTRY_SCHEMATHESIS_DATABASE_URL", f"sqlite+aiosqlite:///{database}")
-    with _RunningApp(url) as running:
-        yield running
+    workdir = Path(tmp_path_factory.mktemp("schemathesis"))
+    url = os.environ.get(
+        "REGISTRY_SCHEMATHESIS_DATABASE_URL", f"sqlite+aiosqlite:///{workdir / 'registry.db'}"
+    )
+    redis = RedisServer(workdir=workdir / "redis")
+    redis.workdir.mkdir()
+    redis.start()
+    try:
+        with _RunningApp(url, redis.url) as running:
+            yield running
+    finally:
+        redis.close()
 
 
 schema = schemathesis.openapi.from_dict(_spec)

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from conftest import Harness, make_settings, running_registry
 from cryptography.fernet import Fernet
-from registry_kubeconfigs import ADMIN, VIEWER, WATCHER, create_body
+from registry_kubeconfigs import ADMIN, VIEWER, create_body
 from sqlalchemy import text
 
 from trainwatch_common import ClusterConnection
@@ -43,8 +43,9 @@ async def test_watchers_read_the_connection_and_every_read_is_logged_without_the
     registry: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
     created = await registry.create(create_body("gpu-east"))
+    watcher = await registry.watcher_headers("gpu-east")
     with caplog.at_level(logging.INFO, logger="trainwatch_registry.audit"):
-        response = await registry.client.get("/v1/clusters/gpu-east/connection", headers=WATCHER)
+        response = await registry.client.get("/v1/clusters/gpu-east/connection", headers=watcher)
     assert response.status_code == 200
     connection = ClusterConnection.model_validate(response.json())
     assert connection.connection_fingerprint == created["connection_fingerprint"]
@@ -56,6 +57,7 @@ async def test_watchers_read_the_connection_and_every_read_is_logged_without_the
     assert reads[0].caller_role == "watcher"  # type: ignore[attr-defined]
     assert reads[0].connection_fingerprint == created["connection_fingerprint"]  # type: ignore[attr-defined]
     assert "sim-token-1234" not in caplog.text
+    assert watcher["X-Trainwatch-Lease"] not in caplog.text  # the lease proof is a secret too
     for headers in (ADMIN, VIEWER):
         assert (
             await registry.client.get("/v1/clusters/gpu-east/connection", headers=headers)
@@ -67,7 +69,10 @@ async def test_no_log_line_ever_carries_the_secret(
 ) -> None:
     with caplog.at_level(logging.DEBUG):
         await registry.create(create_body("quiet"))
-        await registry.client.get("/v1/clusters/quiet/connection", headers=WATCHER)
+        watcher = await registry.watcher_headers("quiet")
+        assert (
+            await registry.client.get("/v1/clusters/quiet/connection", headers=watcher)
+        ).status_code == 200
         await registry.client.post("/v1/clusters?dry_run=true", json=create_body("dry"), headers=ADMIN)
         await registry.client.delete("/v1/clusters/quiet", headers=ADMIN)
     assert "sim-token-1234" not in caplog.text
@@ -75,7 +80,7 @@ async def test_no_log_line_ever_carries_the_secret(
 
 
 async def test_rotate_key_re_encrypts_every_row(
-    sqlite_url: str, nats_url: str, encryption_key: str, monkeypatch: pytest.MonkeyPatch
+    sqlite_url: str, nats_url: str, redis_url: str, encryption_key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     settings = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=encryption_key)
     async with running_registry(settings) as old:
@@ -88,12 +93,15 @@ async def test_rotate_key_re_encrypts_every_row(
     monkeypatch.setenv("TRAINWATCH_REGISTRY_ENCRYPTION_KEYS", f"{new_key},{encryption_key}")
     await _with_registry("rotate-key", RegistrySettings(_env_file=None))  # type: ignore[call-arg]
 
-    only_new = make_settings(database_url=sqlite_url, nats_url=nats_url, encryption_key=new_key)
+    only_new = make_settings(
+        database_url=sqlite_url, nats_url=nats_url, encryption_key=new_key, redis_url=redis_url
+    )
     async with running_registry(only_new) as rotated:
         after = await _raw_blob(rotated, "a")
         assert after != before
         assert Fernet(new_key.encode()).decrypt(after)
-        response = await rotated.client.get("/v1/clusters/b/connection", headers=WATCHER)
+        watcher = await rotated.watcher_headers("b")
+        response = await rotated.client.get("/v1/clusters/b/connection", headers=watcher)
         assert response.status_code == 200  # readable with the new key alone: the old one can go
 
 

@@ -29,7 +29,7 @@ async def test_publishing_waits_on_a_proven_lease(
     cluster = await sim.add_cluster("fenced", kinds=[kubesim.PYTORCHJOB])
     cluster.store.create("PyTorchJob", kubesim.manifest(kubesim.PYTORCHJOB, "train", "default"))
     await ensure_streams(nc.jetstream())
-    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60)
+    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60, allow_loopback_servers=True)
     metrics = WatcherMetrics()
     asked: list[tuple[str, int]] = []
 

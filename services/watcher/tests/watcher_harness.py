@@ -26,6 +26,7 @@ from trainwatch_common.subjects import cluster_subject
 from trainwatch_watcher.app import WatcherApp
 from trainwatch_watcher.cluster_feed import NatsClusterFeed
 from trainwatch_watcher.connections import StaticConnections
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.settings import WatcherSettings
 
 
@@ -187,6 +188,7 @@ def make_settings(nats_url: str, redis_url: str, **overrides: Any) -> WatcherSet
         "health_interval": 0.5,
         "publish_ack_timeout": 1.0,
         "safety_resync_interval": 30.0,
+        "allow_loopback_servers": True,  # kubesim listens on 127.0.0.1
     }
     values.update(overrides)
     return WatcherSettings(**values)
@@ -202,12 +204,13 @@ class RunningWatcher:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
 
-    async def start(self) -> WatcherApp:
+    async def start(self, history_factory: Callable[[NatsClient], StreamHistory] | None = None) -> WatcherApp:
         self._stop = asyncio.Event()
         self.app = WatcherApp(
             self.settings,
             connections=self.registry.connections,
             feed_factory=lambda nc: NatsClusterFeed(nc, resync_interval=self.settings.safety_resync_interval),
+            history_factory=history_factory or StreamHistory,
         )
         self._task = asyncio.create_task(self.app.run(self._stop), name="watcher app")
         waiter = asyncio.ensure_future(self.app.ready.wait())

@@ -9,6 +9,9 @@ An admin may do what a viewer may.
 from __future__ import annotations
 
 import hmac
+import time
+from collections import deque
+from collections.abc import Callable
 from enum import StrEnum
 
 from pydantic import Field, SecretStr
@@ -29,6 +32,40 @@ _GRANTS: dict[Role, frozenset[Role]] = {
 }
 
 
+MIN_TOKEN_LENGTH = 16
+# What the shipped examples say and what people type when they mean "fill in later".
+_PLACEHOLDERS = ("replace-me", "replaceme", "replace_me", "changeme", "change-me", "change_me", "example")
+
+
+def weak_token_reason(token: str) -> str | None:
+    """Why a configured token must not be accepted (a placeholder, too short), or None.
+
+    The reason never contains the token: it ends up in a start-up error and a log.
+    """
+    lowered = token.lower()
+    if any(word in lowered for word in _PLACEHOLDERS) or lowered in ("secret", "password", "token", "admin"):
+        return "is a placeholder value"
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"is shorter than {MIN_TOKEN_LENGTH} characters"
+    return None
+
+
+def refuse_weak_tokens(tokens: dict[str, list[str]]) -> None:
+    """Raise ValueError naming each setting that holds a weak token (by position, never by value)."""
+    problems = [
+        f"{setting} token #{index} {reason}"
+        for setting, values in tokens.items()
+        for index, value in enumerate(values, start=1)
+        if (reason := weak_token_reason(value)) is not None
+    ]
+    if problems:
+        raise ValueError(
+            "refusing to start with weak tokens: "
+            + "; ".join(problems)
+            + " (generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+
+
 class ApiTokens(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="TRAINWATCH_", extra="ignore")
 
@@ -44,6 +81,10 @@ class ApiTokens(BaseSettings):
         }
         return [t.strip() for t in raw[role].get_secret_value().split(",") if t.strip()]
 
+    def refuse_weak(self) -> None:
+        """Start-up check: a placeholder such as ``replace-me`` or a short token is a clear error."""
+        refuse_weak_tokens({f"TRAINWATCH_{role.value.upper()}_TOKENS": self._tokens(role) for role in Role})
+
     def role_of(self, token: str) -> Role | None:
         """The role a presented token has (compared in constant time), or None."""
         found: Role | None = None
@@ -56,6 +97,40 @@ class ApiTokens(BaseSettings):
     @staticmethod
     def allows(role: Role | None, required: Role) -> bool:
         return role is not None and role in _GRANTS[required]
+
+
+class AuthFailures:
+    """Failed authentications per client address over the last minute (every API and the
+    dashboard's sign-in count them): past ``per_minute`` the client waits, whatever it sends,
+    so guessing tokens is slow. In memory, per process: a bound, not an account lockout."""
+
+    WINDOW_SECONDS = 60.0
+    MAX_CLIENTS = 10_000  # addresses tracked; beyond this the stalest are forgotten
+
+    def __init__(self, per_minute: int = 10, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._limit = per_minute
+        self._clock = clock
+        self._failures: dict[str, deque[float]] = {}
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until ``client`` may try again, or None when it may now."""
+        now = self._clock()
+        times = self._failures.get(client)
+        if times is None:
+            return None
+        while times and times[0] <= now - self.WINDOW_SECONDS:
+            times.popleft()
+        if not times:
+            del self._failures[client]
+            return None
+        if len(times) < self._limit:
+            return None
+        return max(1, int(times[0] + self.WINDOW_SECONDS - now) + 1)
+
+    def record(self, client: str) -> None:
+        if client not in self._failures and len(self._failures) >= self.MAX_CLIENTS:
+            self._failures.pop(next(iter(self._failures)))
+        self._failures.setdefault(client, deque()).append(self._clock())
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -8,8 +8,9 @@ never extend or delete the new owner's lease.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
 
@@ -40,12 +41,35 @@ return 0
 @dataclass(frozen=True, slots=True)
 class Lease:
     name: str
-    holder: str
+    holder: str = field(repr=False)  # may carry a secret nonce (``new_holder``): never logged
     epoch: int
 
     @property
     def value(self) -> str:
+        """What Redis stores; with a ``new_holder`` holder, also the proof that one holds it."""
         return f"{self.holder}|{self.epoch}"
+
+
+# The HTTP header in which a watcher shows the registry its lease's value.
+LEASE_PROOF_HEADER = "X-Trainwatch-Lease"
+# Separates a replica's id from the nonce in a lease holder.
+NONCE_SEPARATOR = "#"
+
+
+def new_holder(replica_id: str) -> str:
+    """A holder for one acquisition: the replica's id and a random nonce.
+
+    The replica id and the epoch are public (health events name the owner, job events carry the
+    epoch), so "replica|epoch" proves nothing; with the nonce, the lease value is known only to
+    its holder and to Redis, and the registry can ask a watcher for it as proof of ownership.
+    """
+    return f"{replica_id}{NONCE_SEPARATOR}{secrets.token_urlsafe(18)}"
+
+
+def replica_of(holder: str) -> str:
+    """The replica id in a holder written by ``new_holder`` (a plain holder is returned as is)."""
+    replica, separator, _ = holder.rpartition(NONCE_SEPARATOR)
+    return replica if separator else holder
 
 
 class LeaseManager:

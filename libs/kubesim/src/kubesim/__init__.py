@@ -19,6 +19,7 @@ from kubesim.kinds import (
     ALL_KINDS_MPI_V1,
     BATCH_JOB,
     CATALOG,
+    CRD,
     JAXJOB,
     JOBSET,
     MPIJOB_V1,
@@ -36,7 +37,7 @@ from kubesim.kinds import (
 from kubesim.manifests import manifest
 from kubesim.scenarios import Options, ScenarioDriver
 from kubesim.simulator import Simulator
-from kubesim.store import Store
+from kubesim.store import Backup, Store
 from kubesim.truth import PHASES, NormState, TruthEntry, TruthLog
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "ALL_KINDS_MPI_V1",
     "BATCH_JOB",
     "CATALOG",
+    "CRD",
     "JAXJOB",
     "JOBSET",
     "MPIJOB_V1",
@@ -58,6 +60,7 @@ __all__ = [
     "XGBOOSTJOB",
     "ApiError",
     "BackgroundSimulator",
+    "Backup",
     "Cluster",
     "Faults",
     "KindSpec",

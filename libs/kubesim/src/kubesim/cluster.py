@@ -8,6 +8,7 @@ import collections
 import random
 import secrets
 import ssl
+import time
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
@@ -15,11 +16,12 @@ from typing import Any
 import yaml
 from aiohttp import web
 
+from kubesim import errors
 from kubesim import tls as tlsmod
 from kubesim.faults import Faults
 from kubesim.kinds import ALL_KINDS, KindSpec
 from kubesim.server import handle_request
-from kubesim.store import Store
+from kubesim.store import Backup, Store
 from kubesim.watch import WatchHub
 
 __all__ = ["Cluster"]
@@ -45,12 +47,23 @@ class Cluster:
         bookmark_interval: float = 60.0,
         watch_timeout: float | None = None,
         seed: int | None = None,
+        watch_cache: bool = True,
+        storage_init_seconds: float = 0.0,
     ) -> None:
         self.name = name
         self.tls = tls
         self.host = host
         self.port = port
         self.bookmark_interval = bookmark_interval
+        # Without the watch cache (--watch-cache=false) a real server sends no periodic bookmarks.
+        self.watch_cache = watch_cache
+        # How long a kind's storage answers 429 "storage is (re)initializing" after its first
+        # request (a CRD kind) or a restart (every kind); 0 turns the behaviour off.
+        self.storage_init_seconds = storage_init_seconds
+        # RBAC on CustomResourceDefinitions: a watcher is often not allowed to read them (403).
+        self.crds_readable = True
+        self._storage_ready_at: dict[str, float] = {}  # resource -> when its 429s end
+        self._uninitialized_builtins: set[str] = set()  # built-in kinds re-initializing after a restart
         self._watch_timeout = watch_timeout
         self._workdir = workdir
         self._rand = random.Random(seed)
@@ -67,6 +80,7 @@ class Cluster:
         self._web = web.Server(self._handle, access_log=None)
         self._listener: asyncio.Server | None = None
         self._stopped = False
+        self._terminated = False
 
     # ------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -80,7 +94,7 @@ class Cluster:
         await self._stop_listening()
 
     async def _start_listening(self) -> None:
-        if self._stopped:
+        if self._stopped or self._terminated:
             return
         loop = asyncio.get_running_loop()
         self._listener = await loop.create_server(
@@ -107,6 +121,80 @@ class Cluster:
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         return await handle_request(self, request)
+
+    # ------------------------------------------- restarts, SIGTERM, etcd restore
+    def check_storage(self, spec: KindSpec) -> None:
+        """Raise the 429 a real apiserver answers while the kind's watch cache initializes.
+        A kind never asked for (a CRD just created, or any kind after a restart) starts
+        initializing at its first request."""
+        if self.storage_init_seconds <= 0:
+            return
+        now = time.monotonic()
+        ready_at = self._storage_ready_at.get(spec.resource)
+        if ready_at is None:
+            if spec.builtin and spec.resource not in self._uninitialized_builtins:
+                return  # built-in kinds are initialized before a server reports ready
+            self._uninitialized_builtins.discard(spec.resource)
+            ready_at = self._storage_ready_at[spec.resource] = now + self.storage_init_seconds
+        if now < ready_at:
+            raise errors.storage_initializing()
+
+    def _uninitialize_storage(self, resources: Iterable[str], *, builtins: bool = False) -> None:
+        for resource in resources:
+            self._storage_ready_at.pop(resource, None)
+            if builtins:
+                self._uninitialized_builtins.add(resource)
+
+    async def terminate(self) -> None:
+        """SIGTERM, as a real apiserver takes it: it stops listening at once and closes idle
+        connections, but keeps its open HTTP/1.1 watch streams open, silent, until it is
+        killed (``restart``, ``kill_streams``)."""
+        self._terminated = True
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        for handle in self.hub.active:
+            handle.frozen = True
+        for handler in self._web.connections:
+            handler.close()  # idle keep-alive connections close now; busy ones after their response
+        self.store.wake()
+
+    async def kill_streams(self) -> None:
+        """SIGKILL of a terminated server: its remaining connections are gone."""
+        frozen = [h for h in self.hub.active if h.frozen]
+        for handle in frozen:
+            handle.drop()
+        self.store.wake()
+
+    async def restart(self, *, kill_old: bool = True) -> None:
+        """An apiserver restart: a new process on the same port with a new watch cache, so
+        watches from a resourceVersion before now get 410, and every kind answers 429 "storage
+        is (re)initializing" for ``storage_init_seconds``. ``kill_old=False`` leaves a
+        ``terminate``d predecessor's streams open (it is still in its grace period)."""
+        if not self._terminated:
+            await self._close_connections()
+        elif kill_old:
+            await self.kill_streams()
+        self._terminated = False
+        self.store.compact()
+        self._uninitialize_storage([k.resource for k in self.store.kinds], builtins=True)
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        await self._start_listening()
+
+    def backup(self) -> Backup:
+        """An etcd snapshot of this cluster's objects (for ``restore``)."""
+        return self.store.backup()
+
+    async def restore(self, backup: Backup, *, restart: bool = True) -> None:
+        """etcd restored from ``backup``: lower resourceVersions, different objects. With
+        ``restart`` (the usual procedure) the apiserver restarts too, so open watches drop; without
+        it they stay open and silent until the server's revision passes theirs, as on a real
+        server whose etcd was swapped under it."""
+        self.store.restore(backup)
+        if restart:
+            await self.restart()
 
     # ---------------------------------------------------------- addressing
     @property
@@ -202,8 +290,11 @@ class Cluster:
         self.store.serve_kind(kind, replace=replace)
 
     def remove_kind(self, kind: KindSpec | str) -> None:
-        """Uninstall a kind: its objects are deleted and its watches end; then 404."""
-        self.store.remove_kind(kind)
+        """Uninstall a kind: its objects are deleted and its watches end; then 404. Installed
+        again, its first requests get 429 "storage is (re)initializing" (``storage_init_seconds``)."""
+        spec = self.store.spec(kind)
+        self.store.remove_kind(spec)
+        self._uninitialize_storage([spec.resource])
 
     def compact(self, rv: int | None = None) -> int:
         """Forget the event history up to ``rv`` (default: all): older watches/lists get 410."""

@@ -139,6 +139,18 @@ def expired(requested: int, oldest: int) -> ApiError:
     return ApiError(410, f"too old resource version: {requested} ({oldest})", reason="Expired")
 
 
+def storage_initializing(retry_after: int = 1) -> ApiError:
+    """What a real apiserver answers while a kind's watch cache is (re)initializing: on the first
+    request for a CRD kind and, after a restart, for each kind."""
+    return ApiError(
+        429,
+        "storage is (re)initializing",
+        reason="TooManyRequests",
+        details={"retryAfterSeconds": retry_after},
+        headers={"Retry-After": str(retry_after)},
+    )
+
+
 def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized")
 

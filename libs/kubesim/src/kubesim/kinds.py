@@ -17,6 +17,7 @@ __all__ = [
     "ALL_KINDS_MPI_V1",
     "BATCH_JOB",
     "CATALOG",
+    "CRD",
     "JAXJOB",
     "JOBSET",
     "MPIJOB_V1",
@@ -73,6 +74,17 @@ class KindSpec:
         return f"{self.api_version}/{self.kind}"
 
 
+# Not a job kind and not in any catalog: the CustomResourceDefinition objects of the served
+# custom kinds, readable (list, watch, get) at /apis/apiextensions.k8s.io/v1/customresourcedefinitions.
+CRD = KindSpec(
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    "crd",
+    namespaced=False,
+    builtin=True,
+)
 BATCH_JOB = KindSpec("batch", "v1", "Job", "jobs", "batch", builtin=True, categories=("all",))
 PYTORCHJOB = KindSpec(
     "kubeflow.org", "v1", "PyTorchJob", "pytorchjobs", "kubeflow", replica_types=("Master", "Worker")

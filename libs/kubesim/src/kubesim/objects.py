@@ -153,6 +153,30 @@ def _without(body: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k not in keys}
 
 
+# A terminal batch/v1 Job condition needs its interim one (validated since v1.31, observed on v1.36).
+_JOB_INTERIM_CONDITION = {"Complete": "SuccessCriteriaMet", "Failed": "FailureTarget"}
+
+
+def _check_job_terminal_conditions(spec: KindSpec, name: str, status: Any) -> None:
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    if not isinstance(conditions, list):
+        return
+    true = {c.get("type") for c in conditions if isinstance(c, dict) and c.get("status") == "True"}
+    for terminal, interim in _JOB_INTERIM_CONDITION.items():
+        if terminal in true and interim not in true:
+            why = f"cannot set {terminal}=True condition without the {interim}=true condition"
+            cause = {
+                "reason": "FieldValueInvalid",
+                "message": f"Invalid value: {why}",
+                "field": "status.conditions",
+            }
+            raise errors.ApiError(
+                422,
+                f'Job.batch "{name}" is invalid: status.conditions: Invalid value: {why}',
+                details={"name": name, "group": spec.group, "kind": spec.kind, "causes": [cause]},
+            )
+
+
 def prepare_update(
     spec: KindSpec, old: dict[str, Any], new: Any, *, subresource: str | None, require_rv: bool
 ) -> dict[str, Any]:
@@ -188,6 +212,8 @@ def prepare_update(
             body["status"] = new["status"]
         else:
             body.pop("status", None)
+        if spec.builtin and spec.kind == "Job":
+            _check_job_terminal_conditions(spec, name, body.get("status"))
         return body
     body = dict(new)
     body["apiVersion"], body["kind"] = spec.api_version, spec.kind
@@ -220,3 +246,28 @@ def apply_patch(spec: KindSpec, old: dict[str, Any], patch: Any, patch_type: str
     if patch_type == "json":
         return patches.apply_json_patch(old, patch)
     raise errors.ApiError(415, f"the server does not support patch type {patch_type!r}")
+
+
+def crd_object(spec: KindSpec, *, uid: str) -> dict[str, Any]:
+    """The CustomResourceDefinition that serves ``spec`` (only what clients read of it)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": spec.resource, "uid": uid, "creationTimestamp": now(), "generation": 1},
+        "spec": {
+            "group": spec.group,
+            "names": {
+                "plural": spec.plural,
+                "singular": spec.singular,
+                "kind": spec.kind,
+                "listKind": spec.list_kind,
+            },
+            "scope": "Namespaced" if spec.namespaced else "Cluster",
+            "versions": [
+                {"name": spec.version, "served": True, "storage": True, "subresources": {"status": {}}}
+            ],
+        },
+        "status": {
+            "conditions": [{"type": "Established", "status": "True", "reason": "InitialNamesAccepted"}]
+        },
+    }

@@ -14,7 +14,7 @@ import orjson
 from aiohttp import web
 
 from kubesim import discovery, errors
-from kubesim.kinds import KindSpec
+from kubesim.kinds import CRD, KindSpec
 from kubesim.listing import ListRequest, serve_list
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.watch import WatchHandle, WatchRequest, serve_watch
@@ -115,13 +115,18 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
     spec = next(
         (k for k in kinds if k.group == group_name and k.version == version and k.plural == rest[0]), None
     )
+    if (group_name, version, rest[0]) == (CRD.group, CRD.version, CRD.plural):
+        spec = CRD  # readable only: list and watch
+        if request.method != "GET" or len(rest) > 1:
+            raise errors.ApiError(405, "the server does not allow this method on the requested resource")
     if spec is None or len(rest) > 3 or (len(rest) == 3 and rest[2] != "status"):
         raise errors.ApiError(404, "the server could not find the requested resource", details={})
     name = rest[1] if len(rest) >= 2 else None
     sub = rest[2] if len(rest) == 3 else None
     verb = _verb(request, name)
-    if not allowed:
+    if not allowed or (spec is CRD and not cluster.crds_readable):
         raise errors.forbidden(user, verb, spec, namespace, path)
+    cluster.check_storage(spec)  # after authorization, as the storage layer answers it
     if name is None:
         if verb in ("list", "watch"):
             return await _list_or_watch(cluster, request, spec, namespace, verb == "watch")
@@ -261,6 +266,7 @@ async def _list_or_watch(
             handle,
             resp.write,
             bookmark_interval=cluster.bookmark_interval,
+            watch_cache=cluster.watch_cache,
         )
         if not handle.dropped:
             await resp.write_eof()

@@ -81,13 +81,17 @@ class Simulator:
         bookmark_interval: float = 60.0,
         watch_timeout: float | None = None,
         seed: int | None = None,
+        watch_cache: bool = True,
+        storage_init_seconds: float = 0.0,
     ) -> Cluster:
         """Start a cluster listening on ``port`` (0: a free one).
 
         ``kinds``: what it serves; ``history_limit``: events kept for watch resumption;
         ``bookmark_interval``: seconds between watch bookmarks (a real server: ~60);
         ``watch_timeout``: lifetime of watches without ``timeoutSeconds``; ``seed``: makes
-        uids reproducible.
+        uids reproducible; ``watch_cache=False``: no periodic bookmarks (``--watch-cache=false``);
+        ``storage_init_seconds``: how long a kind answers 429 "storage is (re)initializing" after
+        its first request or a restart (0: never).
         """
         if name in self.clusters:
             raise ValueError(f"cluster {name!r} exists")
@@ -104,6 +108,8 @@ class Simulator:
             bookmark_interval=bookmark_interval,
             watch_timeout=watch_timeout,
             seed=seed,
+            watch_cache=watch_cache,
+            storage_init_seconds=storage_init_seconds,
         )
         await cluster.start()
         self.clusters[name] = cluster

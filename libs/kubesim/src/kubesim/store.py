@@ -15,13 +15,22 @@ import asyncio
 import random
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from kubesim import errors, objects
 from kubesim.history import History, HistoryEvent, Key, StoredObject, encode, storage_key
-from kubesim.kinds import KindSpec, resolve_kind
+from kubesim.kinds import CRD, KindSpec, resolve_kind
 
-__all__ = ["HistoryEvent", "Store", "StoredObject", "storage_key"]
+__all__ = ["Backup", "HistoryEvent", "Store", "StoredObject", "storage_key"]
+
+
+@dataclass(frozen=True, slots=True)
+class Backup:
+    """A snapshot of a store (``Store.backup``), for ``Store.restore``."""
+
+    resource_version: int
+    objects: dict[str, dict[Key, StoredObject]]
 
 
 class Store:
@@ -41,11 +50,16 @@ class Store:
         self._objects: dict[str, dict[Key, StoredObject]] = {}
         self._served: dict[str, KindSpec] = {}
         self._epochs: dict[str, int] = {}
+        # The resourceVersion of each resource's newest write (its watch cache's version).
+        self._resource_rv: dict[str, int] = {}
         self._changed = asyncio.Event()
         self._changed_by: dict[str, asyncio.Event] = {}
         self._spec_cache: dict[KindSpec | str, KindSpec] = {}
+        self._objects[CRD.resource] = {}
+        self._starting = True  # the CRDs of the kinds served from the start pre-exist: no events
         for spec in kinds:
             self.serve_kind(spec)
+        self._starting = False
 
     # ----------------------------------------------------------------- kinds
     @property
@@ -66,6 +80,8 @@ class Store:
         self._spec_cache.clear()
         self._objects.setdefault(spec.resource, {})
         self._epochs[spec.resource] = self._epochs.get(spec.resource, 0) + 1
+        if not spec.builtin:
+            self._write_crd(spec, "ADDED")
         self._notify()
 
     def remove_kind(self, kind: KindSpec | str) -> None:
@@ -77,7 +93,28 @@ class Store:
         del self._served[spec.resource]
         self._spec_cache.clear()
         self._epochs[spec.resource] += 1
+        if not spec.builtin:
+            self._write_crd(spec, "DELETED")
         self._notify()
+
+    def _write_crd(self, spec: KindSpec, etype: str) -> None:
+        """The kind's CustomResourceDefinition appears or goes, with a watch event (except for
+        the kinds served from the start, whose CRDs pre-exist at the initial resourceVersion)."""
+        bucket = self._objects[CRD.resource]
+        key = ("", spec.resource)
+        prev = bucket.get(key)
+        if etype == "DELETED":
+            if prev is not None:
+                self._store(CRD, prev.decode(), "DELETED", prev)
+            return
+        body = objects.crd_object(
+            spec, uid=str(uuid.uuid5(uuid.NAMESPACE_URL, f"{spec.resource}/{spec.version}"))
+        )
+        if self._starting:
+            body["metadata"]["resourceVersion"] = str(self._rv)
+            bucket[key] = StoredObject("", spec.resource, body["metadata"]["uid"], self._rv, {}, encode(body))
+            return
+        self._store(CRD, body, "ADDED", prev)
 
     def spec(self, kind: KindSpec | str) -> KindSpec:
         """The served spec for ``kind`` (raises ``KeyError`` if not served)."""
@@ -136,6 +173,30 @@ class Store:
             if one is not None:
                 one.set()
 
+    def resource_rv(self, resource: str) -> int:
+        """The resourceVersion of the newest write of ``resource`` (0 if never written)."""
+        return self._resource_rv.get(resource, 0)
+
+    def backup(self) -> Backup:
+        """A copy of the current state, as an etcd snapshot would keep it."""
+        return Backup(self._rv, {resource: dict(bucket) for resource, bucket in self._objects.items()})
+
+    def restore(self, backup: Backup) -> None:
+        """Replace the state by ``backup`` (etcd restored from a snapshot): the resourceVersion
+        goes back to the backup's, objects created since are gone, deleted ones are back, and the
+        history starts at the backup (older resourceVersions get 410, newer ones wait)."""
+        self._rv = backup.resource_version
+        self._history = History(self._history.limit, backup.resource_version)
+        self._objects = {resource: {} for resource in [*self._served, CRD.resource]}
+        for resource, bucket in backup.objects.items():
+            if resource in self._objects:
+                self._objects[resource] = dict(bucket)
+        self._resource_rv = {
+            resource: max((o.rv for o in bucket.values()), default=0)
+            for resource, bucket in self._objects.items()
+        }
+        self._notify(None)
+
     def compact(self, rv: int | None = None) -> int:
         """Forget history up to ``rv`` (default: everything). Returns the compacted rv."""
         self._history.compact(self._rv if rv is None else min(rv, self._rv))
@@ -149,6 +210,7 @@ class Store:
 
     def _commit(self, spec: KindSpec, etype: str, obj: StoredObject, prev: StoredObject | None) -> None:
         self._history.append(HistoryEvent(obj.rv, etype, spec.resource, obj, prev))
+        self._resource_rv[spec.resource] = obj.rv
         self._notify(spec.resource)
 
     def _next_rv(self) -> int:

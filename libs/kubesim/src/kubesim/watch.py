@@ -54,6 +54,9 @@ class WatchHandle:
     close_transport: Callable[[], None]
     dropped: bool = False
     sent: int = field(default=0)
+    # Set when the server was SIGTERMed: the stream stays open but sends nothing more (a real
+    # apiserver stops listening at once and keeps its HTTP/1.1 watch streams open until SIGKILL).
+    frozen: bool = False
 
     def drop(self) -> None:
         self.dropped = True
@@ -145,9 +148,15 @@ async def serve_watch(
     write: Write,
     *,
     bookmark_interval: float,
+    watch_cache: bool = True,
 ) -> None:
     """Write the whole watch stream. Returns when it ends normally (timeout, kind removed,
-    fell behind the history); raises ``ConnectionError`` when the client went away."""
+    fell behind the history); raises ``ConnectionError`` when the client went away.
+
+    Bookmarks as observed on v1.36: a periodic one only when the resource has changed since the
+    previous one (an idle resource gets none), none at all without the watch cache, and none
+    while the requested resourceVersion is ahead of the server's (etcd restored from a backup:
+    the real server answers 200 and stays silent until its revision passes the requested one)."""
     spec = req.spec
     started = time.monotonic()
     deadline = started + req.timeout
@@ -179,6 +188,9 @@ async def serve_watch(
         if cursor < store.compacted_rv:
             await write(error_event(errors.expired(cursor, store.compacted_rv + 1)))
             return
+    # A watch from the future is silent until the server's revision passes the requested one.
+    silent_until = cursor if cursor > store.resource_version else 0
+    bookmarked = store.resource_rv(spec.resource)
     next_bookmark = started + bookmark_interval
     final_bookmark = deadline - FINAL_BOOKMARK_LEAD if req.timeout > 2 * FINAL_BOOKMARK_LEAD else None
     while True:
@@ -186,6 +198,9 @@ async def serve_watch(
         if handle.dropped or now >= deadline:
             return
         changed = store.changed(spec.resource)
+        if handle.frozen:
+            await _wait(changed, deadline - now)
+            continue
         stall = faults.stalled_for()
         if stall > 0:
             await _wait(changed, min(stall, deadline - now))
@@ -205,12 +220,17 @@ async def serve_watch(
         if store.epoch(spec) != epoch:
             return  # the kind was removed (its DELETED events are sent above)
         cursor = max(cursor, store.resource_version)
-        if req.bookmarks:
+        if req.bookmarks and watch_cache and store.resource_version > silent_until:
             due = next_bookmark if final_bookmark is None else min(next_bookmark, final_bookmark)
             if now >= due:
-                await write(_bookmark(spec, cursor))
+                final = final_bookmark is not None and now >= final_bookmark
+                resource_rv = store.resource_rv(spec.resource)
+                # Periodic bookmarks only when the resource changed; the one before the timeout always.
+                if final or resource_rv > bookmarked:
+                    await write(_bookmark(spec, cursor))
+                    bookmarked = resource_rv
                 next_bookmark = now + bookmark_interval
-                if final_bookmark is not None and now >= final_bookmark:
+                if final:
                     final_bookmark = None
                 continue
             wake = min(due, deadline)

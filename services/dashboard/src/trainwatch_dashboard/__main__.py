@@ -9,6 +9,7 @@ from types import FrameType
 
 import uvicorn
 
+from trainwatch_common.auth import refuse_weak_tokens
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_dashboard.app import create_app
 from trainwatch_dashboard.settings import DashboardSettings
@@ -17,6 +18,14 @@ from trainwatch_dashboard.settings import DashboardSettings
 def main() -> None:
     settings = DashboardSettings()
     configure_logging(service="dashboard", level=settings.log_level, fmt=settings.log_format)
+    configured = {
+        "TRAINWATCH_DASHBOARD_API_TOKEN": settings.dashboard_api_token.get_secret_value(),
+        "TRAINWATCH_DASHBOARD_ADMIN_TOKEN": settings.dashboard_admin_token.get_secret_value(),
+    }
+    try:  # a placeholder token such as replace-me stops the start with one clear line
+        refuse_weak_tokens({name: [value] for name, value in configured.items() if value})
+    except ValueError as exc:
+        raise SystemExit(f"dashboard: {exc}") from None
     app = create_app(settings)
     config = uvicorn.Config(
         app,

@@ -1,35 +1,43 @@
-"""Cluster management for admins: sign in, add (test first), edit, rotate credentials, remove.
+"""Sign-in, and cluster management for admins: add (test first), edit, rotate credentials, remove.
 
 The dashboard holds no admin power of its own (unless an operator configures one for a
-trusted local setup): an admin signs in with their registry admin token, which is kept in an
-HttpOnly, SameSite=Strict cookie and forwarded as the bearer token of the calls that change
-clusters. Pages never contain it and nothing logs it. The forms post JSON from the page's
-script, so a pasted kubeconfig stays in the browser's text box and is never echoed back.
+trusted local setup): a user signs in with their registry token, which the registry must accept
+before it is kept in an HttpOnly, SameSite=Strict cookie; it is forwarded as the bearer token of
+the calls that change clusters, so the registry decides what it may do. Pages never contain it
+and nothing logs it. The forms post JSON from the page's script, so a pasted kubeconfig stays in
+the browser's text box and is never echoed back. Every admin change is logged with the short id
+of the token that made it (guard.token_id), the client address and the outcome.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from trainwatch_dashboard import presenters
 from trainwatch_dashboard.backends import BackendError, BackendRefused
+from trainwatch_dashboard.guard import TooManyFailures, token_id
 from trainwatch_dashboard.i18n import translator
 from trainwatch_dashboard.pages import backend_problem
 from trainwatch_dashboard.web import (
     ADMIN_COOKIE,
-    admin_mode,
     admin_token,
+    client_address,
     language_of,
     render,
+    require_session,
     same_origin,
+    secure_cookie,
+    signed_in,
     ui_of,
 )
 
+log = logging.getLogger(__name__)
 router = APIRouter()
 
 
@@ -58,15 +66,28 @@ async def signin(request: Request) -> Response:
     fields = parse_qs((await request.body()).decode("utf-8", "replace"))
     token = (fields.get("token") or [""])[0].strip()
     target = _safe_next((fields.get("next") or [""])[0])
+    again = f"/admin/signin?next={quote(target, safe='/')}"
     if not token:
-        return RedirectResponse(f"/admin/signin?next={target}", status_code=303)
+        return RedirectResponse(again, status_code=303)
+    # The registry must accept the token before a cookie is set: any string is not a sign-in.
+    try:
+        accepted = await ui_of(request).guard.verify(
+            token, client=client_address(request), path="/admin/signin"
+        )
+    except TooManyFailures as exc:
+        t = translator(language_of(request))
+        return Response(t("signin.too_many"), status_code=429, headers={"Retry-After": str(exc.retry_after)})
+    except BackendError as exc:
+        return Response(backend_problem(request, exc), status_code=503)
+    if not accepted:
+        return RedirectResponse(f"{again}&refused=1", status_code=303)
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(
         ADMIN_COOKIE,
         token,
         httponly=True,
         samesite="strict",
-        secure=ui_of(request).settings.secure_cookies,
+        secure=secure_cookie(request),
         max_age=8 * 3600,
     )
     return response
@@ -74,26 +95,28 @@ async def signin(request: Request) -> Response:
 
 @router.post("/admin/signout")
 async def signout(request: Request) -> Response:
-    response = RedirectResponse("/clusters", status_code=303)
+    # Another site must not sign a user out either (a cross-site form post carries its Origin).
+    if not same_origin(request):
+        return Response(translator(language_of(request))("error.forbidden_origin"), status_code=403)
+    response = RedirectResponse("/admin/signin", status_code=303)
     response.delete_cookie(ADMIN_COOKIE)
     return response
 
 
-@router.get("/clusters/new", response_class=HTMLResponse)
+@router.get("/clusters/new", response_class=HTMLResponse, dependencies=[Depends(require_session)])
 async def add_cluster_page(request: Request) -> Response:
-    if admin_mode(request) is None:
-        return RedirectResponse("/admin/signin?next=/clusters/new", status_code=303)
     return render(request, "cluster_add.html")
 
 
-@router.get("/clusters/{cluster_id}/edit", response_class=HTMLResponse)
+@router.get(
+    "/clusters/{cluster_id}/edit", response_class=HTMLResponse, dependencies=[Depends(require_session)]
+)
 async def edit_cluster_page(request: Request, cluster_id: str) -> Response:
-    if admin_mode(request) is None:
-        return RedirectResponse(f"/admin/signin?next=/clusters/{cluster_id}/edit", status_code=303)
     try:
         cluster = await ui_of(request).backends.registry.get_cluster(cluster_id)
     except BackendError as exc:
-        status = 404 if isinstance(exc, BackendRefused) and exc.status == 404 else 502
+        # The registry's refusal of the id (404, 422) is the answer; 502 only when it failed.
+        status = exc.status if isinstance(exc, BackendRefused) and 400 <= exc.status < 500 else 502
         return render(
             request,
             "cluster_edit.html",
@@ -107,7 +130,13 @@ async def edit_cluster_page(request: Request, cluster_id: str) -> Response:
 
 @router.post("/admin/kubeconfig/contexts")
 async def kubeconfig_contexts(request: Request) -> JSONResponse:
-    """Context names of a pasted kubeconfig, so the form can offer them; nothing else comes back."""
+    """Context names of a pasted kubeconfig, so the form can offer them; nothing else comes back.
+
+    Only for a signed-in caller, checked before the body is read: parsing is work an anonymous
+    visitor must not be able to make the dashboard do."""
+    refusal = await _refusal(request)
+    if refusal is not None:
+        return refusal
     body = await _json_body(request)
     try:
         names, current = presenters.kubeconfig_contexts(str(body.get("kubeconfig") or ""))
@@ -184,26 +213,55 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body if isinstance(body, dict) else {}
 
 
-async def _admin_call(
-    request: Request, call: Callable[[str, dict[str, Any]], Awaitable[Any]]
-) -> JSONResponse:
-    """Run one registry call with the admin's token and answer the page's script in one shape:
-    {"ok": true, "result": ...} or {"ok": false, "status": n, "problems": [...]}."""
+async def _refusal(request: Request) -> JSONResponse | None:
+    """The answer to a script's call that may not go ahead (another site, not signed in), else None."""
     t = translator(language_of(request))
     if not same_origin(request):
         return JSONResponse({"ok": False, "problems": [t("error.forbidden_origin")]}, status_code=403)
+    try:
+        if admin_token(request) is not None or await signed_in(request):
+            return None
+    except HTTPException as exc:  # 429 past the failure limit, 503 when the registry cannot say
+        return JSONResponse(
+            {"ok": False, "status": exc.status_code, "problems": [str(exc.detail)]},
+            status_code=exc.status_code,
+            headers=exc.headers,
+        )
+    response = JSONResponse({"ok": False, "signin": True, "problems": [t("signin.needed")]}, status_code=401)
+    if request.cookies.get(ADMIN_COOKIE):
+        response.delete_cookie(ADMIN_COOKIE)  # a token the registry no longer takes
+    return response
+
+
+async def _admin_call(
+    request: Request, call: Callable[[str, dict[str, Any]], Awaitable[Any]]
+) -> JSONResponse:
+    """Run one registry call with the caller's token and answer the page's script in one shape:
+    {"ok": true, "result": ...} or {"ok": false, "status": n, "problems": [...]}."""
+    t = translator(language_of(request))
+    refusal = await _refusal(request)
+    if refusal is not None:
+        return refusal
     token = admin_token(request)
-    if token is None:
+    if token is None:  # not reached: _refusal let the request through only with a token
         return JSONResponse({"ok": False, "signin": True, "problems": [t("signin.needed")]}, status_code=401)
     body = await _json_body(request)
+    # Who changed what, for the audit trail; never the token itself, nor the request body.
+    audit = {"action": f"{request.method} {request.url.path}", "actor": token_id(token)}
+    audit["client"] = client_address(request)
     try:
         result = await call(token, body)
     except ValueError as exc:  # our own form checks (labels, confirmation)
         return JSONResponse({"ok": False, "status": 422, "problems": [str(exc)]}, status_code=422)
     except BackendRefused as exc:
-        if exc.status in (401, 403):
+        log.info("admin change refused", extra={**audit, "status": exc.status})
+        if exc.status == 403:  # a good token without the admin role: stay signed in, say why
+            return JSONResponse(
+                {"ok": False, "status": 403, "problems": [t("signin.not_admin")]}, status_code=403
+            )
+        if exc.status == 401:
             response = JSONResponse(
-                {"ok": False, "signin": True, "status": exc.status, "problems": [t("signin.refused")]},
+                {"ok": False, "signin": True, "status": 401, "problems": [t("signin.refused")]},
                 status_code=403,
             )
             if request.cookies.get(ADMIN_COOKIE):
@@ -213,4 +271,6 @@ async def _admin_call(
         return JSONResponse({"ok": False, "status": exc.status, "problems": exc.problems}, status_code=status)
     except BackendError as exc:
         return JSONResponse({"ok": False, "problems": [backend_problem(request, exc)]}, status_code=502)
+    if not str(audit["action"]).endswith("/test"):  # dry runs and connection tests change nothing
+        log.info("admin change", extra=audit)
     return JSONResponse({"ok": True, "result": result})

@@ -1,4 +1,7 @@
-"""The composition root: ``create_app(settings)`` builds the clients, the live feed and the routes."""
+"""The composition root: ``create_app(settings)`` builds the clients, the live feed and the routes.
+
+The live feed's connection loop is the dashboard's one background task, owned by ``ServiceTasks``
+(a crash is logged, restarted with back-off and shown in /readyz)."""
 
 from __future__ import annotations
 
@@ -20,11 +23,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from trainwatch_common.observability.health import health_routes
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_dashboard import admin, pages
 from trainwatch_dashboard.backends import build_backends
+from trainwatch_dashboard.guard import SignInGuard
 from trainwatch_dashboard.live import Broker, LiveFeed
 from trainwatch_dashboard.settings import DashboardSettings
-from trainwatch_dashboard.web import Ui, build_templates
+from trainwatch_dashboard.web import HostAndHeaders, Ui, build_templates
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +77,7 @@ class LiveConnection:
                     max_reconnect_attempts=-1,
                     reconnect_time_wait=1.0,
                     error_cb=self._on_error,
+                    **self._settings.nats_auth(),
                 )
                 await self._feed.start(self.nc)
                 break
@@ -136,6 +142,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
     broker = Broker(queue_size=settings.sse_queue_size)
     feed = LiveFeed(broker)
     live = LiveConnection(settings, feed)
+    tasks = ServiceTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -146,23 +153,33 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
             timeout=settings.backend_timeout_seconds,
             transport=transport,
         )
+        guard = SignInGuard(
+            backends.registry,
+            failures_per_minute=settings.auth_failures_per_minute,
+            remember_seconds=settings.session_check_seconds,
+        )
         app.state.ui = Ui(
-            settings=settings, backends=backends, broker=broker, feed=feed, templates=build_templates()
+            settings=settings,
+            backends=backends,
+            broker=broker,
+            feed=feed,
+            templates=build_templates(),
+            guard=guard,
         )
         app.state.live = live
-        live_task = asyncio.create_task(live.run(), name="dashboard live feed")
+        tasks.start("dashboard-live-feed", live.run)
         try:
             yield
         finally:
-            live_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await live_task
+            await tasks.stop()
             await live.close()
             await backends.aclose()
 
     app = FastAPI(title="Trainwatch dashboard", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(HostAndHeaders, allowed_hosts=settings.allowed_hosts())
     app.state.broker = broker
-    for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed)):
+    app.state.tasks = tasks
+    for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed), tasks=tasks):
         app.router.routes.append(route)
     static_dir = resources.files("trainwatch_dashboard") / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -64,6 +65,12 @@ def problems_of(body: Any) -> list[str]:
                 out.append(str(item))
         return out
     return [str(detail)]
+
+
+def _segment(value: str) -> str:
+    """One path segment of a backend URL from a value a browser sent: percent-encoded whole, so
+    "../" or "?" cannot reach another endpoint and a control character is not an invalid URL."""
+    return quote(value, safe="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,8 +151,22 @@ class RegistryClient(_Backend):
                 break
         return items
 
+    async def accepts(self, token: str) -> bool:
+        """Whether the registry takes ``token`` for reading (viewer or admin): the sign-in check.
+
+        A refusal (401, 403: unknown token or a role that may not read, such as a watcher's) is
+        False; the registry not answering raises BackendUnavailable, so nobody is let in unchecked.
+        """
+        try:
+            await self._request("GET", "/v1/clusters", params={"limit": 1}, token=token)
+        except BackendRefused as exc:
+            if exc.status in (401, 403):
+                return False
+            raise
+        return True
+
     async def get_cluster(self, cluster_id: str) -> Json:
-        body = await self._request("GET", f"/v1/clusters/{cluster_id}")
+        body = await self._request("GET", f"/v1/clusters/{_segment(cluster_id)}")
         return body if isinstance(body, dict) else {}
 
     async def create_cluster(self, spec: Json, *, token: str, dry_run: bool = False) -> Json:
@@ -154,15 +175,15 @@ class RegistryClient(_Backend):
         return body if isinstance(body, dict) else {}
 
     async def update_cluster(self, cluster_id: str, changes: Json, *, token: str) -> Json:
-        body = await self._request("PATCH", f"/v1/clusters/{cluster_id}", json=changes, token=token)
+        body = await self._request("PATCH", f"/v1/clusters/{_segment(cluster_id)}", json=changes, token=token)
         return body if isinstance(body, dict) else {}
 
     async def test_cluster(self, cluster_id: str, *, token: str) -> Json:
-        body = await self._request("POST", f"/v1/clusters/{cluster_id}/test", token=token)
+        body = await self._request("POST", f"/v1/clusters/{_segment(cluster_id)}/test", token=token)
         return body if isinstance(body, dict) else {}
 
     async def delete_cluster(self, cluster_id: str, *, token: str) -> None:
-        await self._request("DELETE", f"/v1/clusters/{cluster_id}", token=token)
+        await self._request("DELETE", f"/v1/clusters/{_segment(cluster_id)}", token=token)
 
 
 class QueryClient(_Backend):
@@ -174,7 +195,7 @@ class QueryClient(_Backend):
         return Page.from_body(await self._request("GET", "/v1/jobs", params=filters))
 
     async def get_job(self, cluster_id: str, uid: str) -> Json:
-        body = await self._request("GET", f"/v1/jobs/{cluster_id}/{uid}")
+        body = await self._request("GET", f"/v1/jobs/{_segment(cluster_id)}/{_segment(uid)}")
         return body if isinstance(body, dict) else {}
 
     async def stats(self) -> Json:

@@ -6,16 +6,18 @@ import asyncio
 import time
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from trainwatch_dashboard import presenters
 from trainwatch_dashboard.backends import BackendError, BackendRefused, Page
 from trainwatch_dashboard.i18n import translator
 from trainwatch_dashboard.live import JobFilter, initial_health, sse_stream
-from trainwatch_dashboard.web import language_of, render, ui_of
+from trainwatch_dashboard.web import language_of, render, require_reader, ui_of
 
-router = APIRouter()
+# Every read page and stream shows API server URLs and job details: signed-in viewers only,
+# unless the operator opted into an open read-only demo (TRAINWATCH_DASHBOARD_PUBLIC_READ).
+router = APIRouter(dependencies=[Depends(require_reader)])
 
 SORTS = ("updated_at", "created_at", "name")  # the query API's sort columns; its default order each
 
@@ -89,7 +91,8 @@ async def job_page(request: Request, cluster_id: str, uid: str) -> HTMLResponse:
     try:
         job = await ui.backends.query.get_job(cluster_id, uid)
     except BackendRefused as exc:
-        status = 404 if exc.status == 404 else 502
+        # The query API's refusal of the id (404, 422) is the answer; 502 only when it failed.
+        status = exc.status if 400 <= exc.status < 500 else 502
         problem = None if exc.status == 404 else backend_problem(request, exc)
         return render(
             request,

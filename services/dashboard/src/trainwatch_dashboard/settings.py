@@ -27,4 +27,35 @@ class DashboardSettings(ServiceSettings):
         256, ge=1, description="Events buffered per browser; a client that falls further behind is dropped"
     )
     sse_heartbeat_seconds: float = Field(15.0, gt=0)
-    secure_cookies: bool = Field(False, description="Mark cookies Secure (serve over HTTPS)")
+    secure_cookies: bool | None = Field(
+        None,
+        description=(
+            "Mark cookies Secure. Unset: Secure unless the request is plain http to a loopback address "
+            "(make run); set true behind HTTPS, which the manifests do"
+        ),
+    )
+    dashboard_allowed_hosts: str = Field(
+        "localhost,127.0.0.1,::1",
+        description=(
+            "Comma-separated host names this dashboard answers to (the Host header, port ignored). "
+            "Anything else is refused, so a DNS-rebound name cannot reach the pages or the admin actions"
+        ),
+    )
+    dashboard_public_read: bool = Field(
+        False,
+        description=(
+            "An open read-only demo: the jobs and clusters pages need no sign-in. Off by default: "
+            "pages show API server URLs and job details, so a viewer signs in"
+        ),
+    )
+    auth_failures_per_minute: int = Field(
+        10, ge=1, description="Failed sign-ins per client address per minute before answering 429"
+    )
+    session_check_seconds: float = Field(
+        60.0, gt=0, description="How long a token the registry accepted is trusted before asking again"
+    )
+
+    def allowed_hosts(self) -> frozenset[str]:
+        return frozenset(
+            h.strip().lower().strip("[]") for h in self.dashboard_allowed_hosts.split(",") if h.strip()
+        )

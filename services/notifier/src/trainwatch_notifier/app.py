@@ -1,4 +1,8 @@
-"""The composition root: clients, rules, cluster directory, channel workers, consumer, health."""
+"""The composition root: clients, rules, cluster directory, channel workers, consumer, health.
+
+The long-running loops (health server, cluster directory, rules, acks, keep-alive, consumer) are
+owned by ``ServiceTasks``: a crash is logged, restarted with back-off and shown in /readyz.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import socket
 from collections.abc import Awaitable, Callable
 
@@ -15,15 +20,17 @@ from nats.aio.client import Client as NATS
 from redis.asyncio import Redis
 from starlette.applications import Starlette
 
-from trainwatch_common import LeaseManager, ensure_consumer, ensure_streams
+from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.streams import NOTIFIER_CONSUMER
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
+from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.rules_source import RulesSource
 from trainwatch_notifier.settings import NotifierSettings
 from trainwatch_notifier.workers import ChannelWorkers
@@ -40,7 +47,9 @@ class Notifier:
         after_sent: Callable[[list[str]], Awaitable[None]] | None = None,
     ) -> None:
         self.settings = settings
-        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
+        # Random per start: a restarted container has the same host name and pid, and the
+        # "sending" markers it leaves must not look like its predecessor's.
+        self.instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(3)}"
         self._http_client = http_client
         self._after_sent = after_sent
         self.rules = RulesSource(settings.rules_file, poll_seconds=settings.rules_poll_seconds)
@@ -49,6 +58,7 @@ class Notifier:
         self.health_port: int | None = None
         self._nc: NATS | None = None
         self._redis: Redis | None = None
+        self.tasks = ServiceTasks()
 
     async def _redis_ok(self) -> bool:
         return self._redis is not None and bool(await self._redis.ping())
@@ -67,7 +77,10 @@ class Notifier:
         settings = self.settings
         self.rules.load()  # a bad file at start-up is fatal: there are no previous rules to keep
         self._nc = await nats.connect(
-            servers=settings.nats_servers(), name=f"notifier {self.instance}", max_reconnect_attempts=-1
+            servers=settings.nats_servers(),
+            name=f"notifier {self.instance}",
+            max_reconnect_attempts=-1,
+            **settings.nats_auth(),
         )
         self._redis = Redis.from_url(settings.redis_url)
         client = self._http_client or httpx.AsyncClient(follow_redirects=False)
@@ -94,7 +107,7 @@ class Notifier:
                 instance=self.instance,
             ),
             deadletters=deadletters,
-            limits=BotLimits(redis=redis, prefix=settings.redis_prefix, instance=self.instance)
+            limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
             if settings.shared_rate_limits
             else BotLimits(),
             dashboard_url=settings.dashboard_url,
@@ -110,10 +123,20 @@ class Notifier:
         assert self.rules.current is not None
         workers.apply(self.rules.current)
         self.rules.on_change = workers.apply
+        tasks = self.tasks = ServiceTasks()  # this run's: a stopped owner starts nothing again
+        health = HealthServer(
+            Starlette(routes=health_routes(self._checks(), tasks=tasks)),
+            host=settings.http_host,
+            port=settings.http_port,
+        )
+        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
+        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
+        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
         consumer = JobConsumer(
             js,
-            redis=redis,
-            leases=LeaseManager(redis, prefix=settings.redis_prefix),
+            # An event a dead notifier held comes back after the ack wait; until then (and a
+            # margin for its fetch) its entry in the job order must keep newer events waiting.
+            order=JobOrder(redis, prefix=settings.redis_prefix, stale_after_seconds=2 * ack_wait + 5),
             workers=workers,
             ruleset=lambda: self.rules.current,
             cluster_labels=self.clusters.labels,
@@ -121,41 +144,32 @@ class Notifier:
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
         )
-        health = HealthServer(
-            Starlette(routes=health_routes(self._checks())), host=settings.http_host, port=settings.http_port
-        )
-        durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
-        consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
-        ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
-        background: list[asyncio.Task[None]] = []
-        consuming: asyncio.Task[None] | None = None
+        health_started = asyncio.Event()
         try:
-            async with asyncio.TaskGroup() as group:
-                health_started = asyncio.Event()
-                background += [
-                    group.create_task(health.serve(health_started), name="notifier-health"),
-                    group.create_task(self.clusters.watch(js), name="notifier-clusters"),
-                    group.create_task(self.rules.watch(), name="notifier-rules"),
-                ]
+            async with tasks:  # on any way out: the rest stopped, newest first
+                tasks.start("notifier-health", lambda: health.serve(health_started))
+                tasks.start("notifier-clusters", lambda: self.clusters.watch(js))
+                tasks.start("notifier-rules", self.rules.watch)
                 await health_started.wait()
                 self.health_port = health.port
                 await self.clusters.loaded.wait()  # route with labels from the first event on
-                consuming = group.create_task(consumer.run(), name="notifier-consumer")
-                background.append(
-                    group.create_task(consumer.keep_alive(ack_wait / 3), name="notifier-keepalive")
-                )
+                # Started before the consumer, so stopped after it: acks and keep-alive go on
+                # while the workers drain.
+                tasks.start("notifier-acks", consumer.acknowledge)
+                tasks.start("notifier-keepalive", lambda: consumer.keep_alive(ack_wait / 3))
+                tasks.start("notifier-consumer", consumer.run)
                 self.ready.set()
                 log.info("notifier consuming", extra={"instance": self.instance, "health_port": health.port})
                 await stop.wait()
                 log.info("notifier stopping")
-                consuming.cancel()
+                await tasks.stop_task("notifier-consumer")  # stop reading first
+                await consumer.close()  # events held back for order are not routed any more
                 drained = await workers.drain(settings.shutdown_grace_seconds)
                 if not drained:
                     log.warning("shutdown grace over with sends pending; they will be redelivered")
                 await workers.close()
                 await consumer.put_back()
-                for task in background:
-                    task.cancel()
         finally:
             self.ready.clear()
+            await consumer.close()
             await workers.close()

@@ -1,19 +1,24 @@
 """Idempotency keys per (event id, channel) in Redis: a notification is sent at most once.
 
-Two phases, so a crash is never mistaken for "not sent":
+A key's value says where its delivery is, so a crash is never mistaken for "not sent":
 
-1. ``claim``: ``SET key "sending|<instance>|<ts>" NX`` just before the HTTP request. Only the
-   claimer sends; any other copy of the event (a redelivery, a replay, another replica) finds
-   the key and does not.
-2. ``mark_sent``: ``SET key "sent|<ts>"`` once the bot confirmed, before the JetStream ack.
+1. ``claim``: ``SET key "held|<instance>|<ts>" NX`` when a sender takes the delivery on. Only the
+   claimer sends; another copy of the event (a redelivery, a replay, another replica) finds the
+   key and does not. Nothing has gone out yet, so a crash now loses nothing: a copy that finds a
+   "held" marker older than ``unconfirmed_after`` takes it over and sends.
+2. ``begin_request``: ``"sending|<instance>|<ts>"``, only if the marker is still ours, just
+   before each HTTP attempt. After an attempt the bot answered with a refusal (429, 5xx, its
+   rate-limit code) ``end_request`` puts "held" back for the back-off: it did not go out.
+3. ``mark_sent``: ``SET key "sent|<ts>"`` once the bot confirmed, before the JetStream ack.
 
-A crash after 2 and before the ack: the redelivered event finds "sent" and is acked, no resend.
-A crash between the request and 2 leaves "sending": nobody knows whether the bot got it. A copy
-that finds a "sending" marker older than ``unconfirmed_after`` treats it as such a crash (the
-policy decides: dead-letter it, which keeps "never twice", or resend). A younger marker means
-a live sender may still be retrying, so the copy is put back for later.
-A delivery that fails definitively is marked "dead"; one abandoned without a send attempt in
-flight (shutdown during a back-off) has its claim released so a later copy can send it.
+A crash after 3 and before the ack: the redelivered event finds "sent" and is acked, no resend.
+A crash while a request was out (or in the back-off after one whose outcome is unknown, such as a
+read timeout) leaves "sending": nobody knows whether the bot got it. A copy that finds a "sending"
+marker older than ``unconfirmed_after`` treats it as such a crash (the policy decides: dead-letter
+it, which keeps "never twice", or resend). A younger marker of either kind means a live sender may
+still be at it, so the copy is put back for later.
+A delivery that fails definitively is marked "dead"; one abandoned while "held" (shutdown during
+a wait) has its claim released so a later copy can send it at once.
 """
 
 from __future__ import annotations
@@ -47,30 +52,40 @@ end
 return #KEYS
 """
 
+# KEYS[i] holds ARGV[i] (the marker we expect); all of them or none are set to ARGV[#KEYS + 1].
+# Returns 1 if they were set, 0 if any marker had changed (another sender took that one over).
+_SWAP = """
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) ~= ARGV[i] then
+    return 0
+  end
+end
+for _, key in ipairs(KEYS) do
+  redis.call('SET', key, ARGV[#KEYS + 1], 'EX', ARGV[#KEYS + 2])
+end
+return 1
+"""
+
+# Delete each KEYS[i] that still holds ARGV[i]; markers that changed are someone else's.
 _RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i] then
+    redis.call('DEL', key)
+  end
 end
-return 0
+return #KEYS
 """
 
-_TAKE_OVER = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', ARGV[3])
-  return 1
-end
-return 0
-"""
-
-ClaimState = Literal["claimed", "sent", "dead", "sending"]
+ClaimState = Literal["held", "sending", "sent", "dead"]
 
 
 @dataclass(frozen=True, slots=True)
 class Claim:
     key: str
     state: ClaimState
-    marker: str  # our marker when claimed, the one found otherwise
-    age: float = 0.0  # for "sending": how long ago that claim was taken
+    marker: str  # the value in Redis: ours when ``mine``, the one found otherwise
+    mine: bool = False
+    age: float = 0.0  # for "held" and "sending": how long ago that marker was written
 
 
 class IdempotencyKeys:
@@ -90,40 +105,65 @@ class IdempotencyKeys:
         self._clock = clock
         self._claim = redis.register_script(_CLAIM)
         self._set = redis.register_script(_SET_ALL)
+        self._swap = redis.register_script(_SWAP)
         self._release = redis.register_script(_RELEASE)
-        self._take_over = redis.register_script(_TAKE_OVER)
 
     def key(self, event_id: str, channel: str) -> str:
         return f"{self._prefix}:notified:{channel}:{event_id}"
 
-    async def claim(self, keys: list[str]) -> list[Claim]:
-        """Try to claim every key in one round trip; each result says what was found."""
-        marker = f"sending|{self._instance}|{self._clock():.3f}"
+    def _marker(self, state: str) -> str:
+        return f"{state}|{self._instance}|{self._clock():.3f}"
+
+    async def claim(self, keys: list[str], *, state: Literal["held", "sending"] = "held") -> list[Claim]:
+        """Try to claim every key in one round trip; each result says what was found. A sender
+        whose request follows at once (nothing to wait for) claims straight as "sending"."""
+        marker = self._marker(state)
         results = await self._claim(keys=keys, args=[marker, self._ttl])
         return [
-            Claim(key, "claimed", marker) if found == 1 else self._parse(key, found)
+            Claim(key, state, marker, mine=True) if found == 1 else self._parse(key, found)
             for key, found in zip(keys, results, strict=True)
         ]
 
     def _parse(self, key: str, found: bytes | str | None) -> Claim:
         value = found.decode() if isinstance(found, bytes) else (found or "")
         state, _, rest = value.partition("|")
-        if state == "sending":
+        if state in ("held", "sending"):
             _, _, taken = rest.rpartition("|")
             try:
                 age = self._clock() - float(taken)
             except ValueError:
                 age = float("inf")
-            return Claim(key, "sending", value, age)
+            return Claim(key, "held" if state == "held" else "sending", value, age=age)
         if state == "dead":
             return Claim(key, "dead", value)
         return Claim(key, "sent", value)  # "sent", or a value we do not know: never send again
 
     async def take_over(self, claim: Claim) -> Claim | None:
-        """Replace an abandoned "sending" marker with ours (the resend policy); None if it changed."""
-        marker = f"sending|{self._instance}|{self._clock():.3f}"
-        taken = await self._take_over(keys=[claim.key], args=[claim.marker, marker, self._ttl])
-        return Claim(claim.key, "claimed", marker) if taken else None
+        """Replace an abandoned marker with our "held" one; None if it changed meanwhile."""
+        taken = await self._swap_all_or_none([claim], "held")
+        return taken[0] if taken else None
+
+    async def begin_request(self, claims: list[Claim]) -> list[Claim] | None:
+        """Just before an HTTP attempt: our markers become "sending" (a fresh time, so their age
+        is that of the latest attempt); None, changing nothing, if any was taken over."""
+        return await self._swap_all_or_none(claims, "sending")
+
+    async def end_request(self, claims: list[Claim]) -> list[Claim] | None:
+        """The bot refused the attempt, so nothing went out: back to "held" for the back-off."""
+        return await self._swap_all_or_none(claims, "held")
+
+    async def _swap_all_or_none(self, claims: list[Claim], state: str) -> list[Claim] | None:
+        if not claims:
+            return []
+        marker = self._marker(state)
+        swapped = await self._swap(
+            keys=[claim.key for claim in claims],
+            args=[*(claim.marker for claim in claims), marker, self._ttl],
+        )
+        if not swapped:
+            return None
+        new_state: ClaimState = "sending" if state == "sending" else "held"
+        return [Claim(claim.key, new_state, marker, mine=True) for claim in claims]
 
     async def mark_sent(self, keys: list[str]) -> None:
         await self._set_all(keys, f"sent|{self._clock():.3f}")
@@ -137,6 +177,6 @@ class IdempotencyKeys:
 
     async def release(self, claims: list[Claim]) -> None:
         """Give our claims back (nothing was sent); markers found from others are left alone."""
-        for claim in claims:
-            if claim.state == "claimed":
-                await self._release(keys=[claim.key], args=[claim.marker])
+        ours = [claim for claim in claims if claim.mine]
+        if ours:
+            await self._release(keys=[claim.key for claim in ours], args=[claim.marker for claim in ours])

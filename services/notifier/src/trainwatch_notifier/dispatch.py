@@ -84,7 +84,13 @@ class Lane:
 
     queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     busy: bool = False
-    in_request: bool = False  # an HTTP request is out: its outcome is unknown if we die now
+    # Our idempotency keys for the delivery under way, as they are in Redis: "held" while we wait
+    # (a crash then loses nothing), "sending" while a request may be out (its outcome unknown).
+    claims: list[Claim] = field(default_factory=list)
+
+
+class ClaimLost(Exception):
+    """Another sender took one of our deliveries over (we looked dead to it): it sends, not us."""
 
 
 class ChannelWorker:
@@ -162,27 +168,41 @@ class ChannelWorker:
         if not claimed:
             return
         to_send = [item for item, _ in claimed]
-        claims = [claim for _, claim in claimed]
+        lane.claims = [claim for _, claim in claimed]
+        try:
+            await self._send(to_send, lane)
+        finally:
+            lane.claims = []
+
+    async def _send(self, to_send: list[Item], lane: Lane) -> None:
         kind = "digest" if len(to_send) > 1 else "single"
         try:
             body = self._render(to_send) if kind == "digest" else self._render_one(to_send[0])
         except ValueError as exc:
-            await self._give_up(claimed, "render-error", str(exc))
+            await self._give_up(list(zip(to_send, lane.claims, strict=True)), "render-error", str(exc))
             return
         try:
             await self._post_with_retries(body, kind, lane)
         except PermanentSendError as exc:
-            await self._give_up(claimed, exc.reason, exc.detail)
+            await self._give_up(list(zip(to_send, lane.claims, strict=True)), exc.reason, exc.detail)
+            return
+        except ClaimLost:
+            log.info("another sender took these deliveries over", extra={"channel": self.name})
+            with contextlib.suppress(RedisError):
+                await self.deps.keys.release(lane.claims)  # the ones still ours, held
+            for item in to_send:
+                metrics.DELIVERIES.labels(self.name, "retry").inc()
+                await item.message.settle(self.name, retry=True)
             return
         except asyncio.CancelledError:
-            if lane.in_request:  # the request may have reached the bot: keep the "sending" markers
+            held = [claim for claim in lane.claims if claim.state == "held"]
+            if len(held) < len(lane.claims):  # a request may have reached the bot: keep "sending"
                 log.warning("cancelled during a send; its outcome is unknown", extra={"channel": self.name})
-            else:  # cancelled while waiting: nothing is out, let a later copy send
-                with contextlib.suppress(RedisError):
-                    await asyncio.shield(self.deps.keys.release(claims))
+            with contextlib.suppress(RedisError):  # nothing of these went out: a later copy sends
+                await asyncio.shield(self.deps.keys.release(held))
             raise
         self._burst.record()
-        await self._record_sent(claims)
+        await self._record_sent(lane.claims)
         if self.deps.after_sent is not None:
             await self.deps.after_sent([item.event.event_id for item in to_send])
         outcome = "digested" if kind == "digest" else "sent"
@@ -217,7 +237,9 @@ class ChannelWorker:
     async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
         keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
         try:
-            claims = await self.deps.keys.claim(keys)
+            # Without rate limits the request follows the claim at once: claim it as "sending"
+            # (one round trip fewer); with them, "held" for the wait for a token.
+            claims = await self.deps.keys.claim(keys, state="held" if self._bucket.limits else "sending")
         except RedisError as exc:
             log.warning(
                 "redis unavailable, events put back", extra={"channel": self.name, "error": repr(exc)}
@@ -227,7 +249,7 @@ class ChannelWorker:
             return []
         claimed: list[tuple[Item, Claim]] = []
         for item, claim in zip(items, claims, strict=True):
-            if claim.state == "claimed":
+            if claim.mine:
                 claimed.append((item, claim))
             elif claim.state in ("sent", "dead"):
                 metrics.DELIVERIES.labels(self.name, "duplicate").inc()
@@ -235,10 +257,15 @@ class ChannelWorker:
             elif claim.age < self.deps.unconfirmed_after_seconds:
                 metrics.DELIVERIES.labels(self.name, "retry").inc()  # a live sender may still be at it
                 await item.message.settle(self.name, retry=True)
-            elif self.deps.unconfirmed_policy == "resend" and (
+            elif (claim.state == "held" or self.deps.unconfirmed_policy == "resend") and (
                 taken := await self.deps.keys.take_over(claim)
             ):
+                # "held": its sender died before any request went out, so sending loses nothing
+                # and repeats nothing. "sending": its outcome is unknown; the policy said resend.
                 claimed.append((item, taken))
+            elif claim.state == "held":
+                metrics.DELIVERIES.labels(self.name, "retry").inc()  # taken over by another copy first
+                await item.message.settle(self.name, retry=True)
             else:
                 metrics.DELIVERIES.labels(self.name, "unconfirmed").inc()
                 await self._give_up(
@@ -247,6 +274,9 @@ class ChannelWorker:
         return claimed
 
     async def _post_with_retries(self, body: Body, kind: str, lane: Lane) -> None:
+        """Post until the bot confirms. Each attempt marks the lane's keys "sending" just before
+        its request and, if the bot refused it, "held" again for the back-off, so a crash while
+        waiting for a token or backing off leaves nothing that looks as if it might have gone out."""
         deps = self.deps
         deadline = deps.clock() + deps.retry_max_seconds
         attempt = 0
@@ -254,14 +284,15 @@ class ChannelWorker:
             waited = await self._bucket.acquire()
             if waited:
                 metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(waited)
+            if attempt > 0 or any(claim.state != "sending" for claim in lane.claims):
+                lane.claims = await self._swap_claims(deps.keys.begin_request, lane.claims)
             started = time.perf_counter()
             try:
-                lane.in_request = True
                 await self.channel.post(body)
-                lane.in_request = False
             except RetryableSendError as exc:
-                lane.in_request = False
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                if not exc.maybe_delivered:  # the bot answered "no": nothing went out
+                    lane.claims = await self._swap_claims(deps.keys.end_request, lane.claims)
                 attempt += 1
                 backoff = min(deps.retry_cap_seconds, deps.retry_base_seconds * 2 ** (attempt - 1))
                 delay = (
@@ -278,12 +309,29 @@ class ChannelWorker:
                 await deps.sleep(delay)
                 continue
             except PermanentSendError as exc:
-                lane.in_request = False
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
                 raise
             metrics.SEND_SECONDS.labels(self.name).observe(time.perf_counter() - started)
             metrics.SENDS.labels(self.name, kind, "ok").inc()
             return
+
+    async def _swap_claims(
+        self, swap: Callable[[list[Claim]], Awaitable[list[Claim] | None]], claims: list[Claim]
+    ) -> list[Claim]:
+        """Move our markers to their next state, waiting while Redis is away (nothing may be
+        posted without it); ClaimLost if another sender has taken any of them over."""
+        delay = 0.1
+        while True:
+            try:
+                swapped = await swap(claims)
+                break
+            except RedisError as exc:
+                log.warning("cannot mark a send yet", extra={"channel": self.name, "error": repr(exc)})
+                await self.deps.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        if swapped is None:
+            raise ClaimLost()
+        return swapped
 
     async def _record_sent(self, claims: list[Claim]) -> None:
         """The send happened: record it before anything is acked, retrying while Redis is away.
@@ -316,7 +364,7 @@ class ChannelWorker:
                 log.warning(
                     "cannot publish a dead letter yet", extra={"channel": self.name, "error": repr(exc)}
                 )
-                if claim.state == "claimed":  # nothing was sent: give our claim back
+                if claim.mine:  # nothing was sent (or the bot refused it): give our claim back
                     with contextlib.suppress(RedisError):
                         await self.deps.keys.release([claim])
                 await item.message.settle(self.name, retry=True)

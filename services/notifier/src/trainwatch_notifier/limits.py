@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -33,6 +33,7 @@ Sleep = Callable[[float], Awaitable[None]]
 DEFAULT_MARGIN = 0.2  # seconds: covers network and scheduling jitter between our send and the bot's count
 
 # KEYS: one sorted set per limit. ARGV: count_1, window_ms_1, ..., member. Returns ms to wait (0: taken).
+# The member names one spent token: it must be unique, or ZADD overwrites a token already spent.
 _SHARED_ACQUIRE = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -105,9 +106,12 @@ class TokenBucket:
 
 
 class SharedTokenBucket:
-    """The same limits, counted in Redis for every replica that posts to this bot."""
+    """The same limits, counted in Redis for every replica that posts to this bot.
 
-    _members = itertools.count()
+    A spent token is a member of each limit's sorted set, named by a random UUID. Not by the
+    process's identity: a restarted container has the same host name and pid, and a counter that
+    starts again at 0 would overwrite its predecessor's tokens, so it could exceed the limit.
+    """
 
     def __init__(
         self,
@@ -115,7 +119,6 @@ class SharedTokenBucket:
         key: str,
         limits: Sequence[tuple[int, float]],
         *,
-        instance: str,
         fallback: TokenBucket,
         sleep: Sleep = asyncio.sleep,
         margin: float = DEFAULT_MARGIN,
@@ -123,7 +126,6 @@ class SharedTokenBucket:
         self.limits = tuple(limits)
         self._keys = [f"{key}:{count}:{per}" for count, per in self.limits]
         self._windows = [(count, round((per + margin) * 1000)) for count, per in self.limits]
-        self._instance = instance
         self._fallback = fallback
         self._sleep = sleep
         self._script = redis.register_script(_SHARED_ACQUIRE)
@@ -136,7 +138,7 @@ class SharedTokenBucket:
         waited = 0.0
         async with self._lock:
             while True:
-                member = f"{self._instance}:{next(self._members)}"
+                member = uuid.uuid4().hex
                 try:
                     wait_ms = int(await self._script(keys=self._keys, args=[*args, member]))
                 except RedisError as exc:
@@ -163,13 +165,11 @@ class BotLimits:
         *,
         redis: Redis | None = None,
         prefix: str = "trainwatch",
-        instance: str = "notifier",
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
-        self._instance = instance
         self._clock = clock
         self._sleep = sleep
         self._buckets: dict[str, Bucket] = {}
@@ -187,7 +187,6 @@ class BotLimits:
             self._redis,
             f"{self._prefix}:ratelimit:{digest}",
             limits,
-            instance=self._instance,
             fallback=local,
             sleep=self._sleep,
         )

@@ -6,8 +6,16 @@ from prometheus_client import Counter, Gauge, Histogram
 
 EVENTS = Counter(
     "trainwatch_notifier_events_total",
-    "Job events consumed, by outcome (routed, unmatched, stale_epoch, malformed)",
+    "Job events consumed, by outcome (routed, unmatched, malformed)",
     ["outcome"],
+)
+ORDER_WAITS = Counter(
+    "trainwatch_notifier_order_waits_total",
+    "Events held back until an older event of the same job was settled (here or by another notifier)",
+)
+EVENTS_OUT_OF_ORDER = Counter(
+    "trainwatch_notifier_events_out_of_order_total",
+    "Events that arrived after a newer event of their job was settled (notified all the same)",
 )
 DELIVERIES = Counter(
     "trainwatch_notifier_deliveries_total",

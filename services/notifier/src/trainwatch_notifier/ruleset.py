@@ -71,7 +71,12 @@ class DigestConfig(BaseModel):
     threshold: int = Field(10, ge=1)
     window_seconds: float = Field(60.0, gt=0)
     hold_seconds: float = Field(15.0, gt=0)
-    max_listed: int = Field(20, ge=1, description="Jobs listed one by one in a digest; the rest are counted")
+    max_listed: int = Field(
+        20,
+        ge=1,
+        description="Jobs listed one by one in a digest (fewer if the channel's size limit needs it); "
+        "the rest are counted",
+    )
 
 
 class ChannelConfig(BaseModel):

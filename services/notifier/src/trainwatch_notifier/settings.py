@@ -18,12 +18,14 @@ class NotifierSettings(ServiceSettings):
     rules_poll_seconds: float = Field(1.0, gt=0, description="How often the rules file's mtime is checked")
     dashboard_url: str = Field("http://127.0.0.1:8080", description="Base URL of the dashboard for job links")
 
-    redis_prefix: str = Field("trainwatch", description="Prefix of the epoch counters and idempotency keys")
+    redis_prefix: str = Field("trainwatch", description="Prefix of the notifier's Redis keys")
     idempotency_ttl_seconds: int = Field(
         14 * 24 * 3600, gt=0, description="How long a (event, channel) send is remembered (> JOBS max_age)"
     )
     unconfirmed_after_seconds: float = Field(
-        120.0, gt=0, description="Age after which a 'sending' marker is judged left behind by a crash"
+        120.0,
+        gt=0,
+        description="Age after which a 'held' or 'sending' marker is judged left behind by a crash",
     )
     unconfirmed_policy: Literal["deadletter", "resend"] = Field(
         "deadletter",

@@ -29,8 +29,13 @@ def main(argv: list[str] | None = None) -> None:
         configure_logging(service="persister", level=settings.log_level, fmt=settings.log_format)
         asyncio.run(_once(args.command, settings))
         return
+    from trainwatch_common.auth import ApiTokens
     from trainwatch_persister.app import serve
 
+    try:  # a placeholder token such as replace-me stops the start with one clear line
+        ApiTokens().refuse_weak()
+    except ValueError as exc:
+        raise SystemExit(f"persister: {exc}") from None
     asyncio.run(serve(settings))
 
 

@@ -1,5 +1,6 @@
 """The composition root: ``create_app(settings)`` builds the FastAPI app; its lifespan migrates the
-database, builds the engine and the NATS client, and owns the consumer and retention tasks.
+database, builds the engine and the NATS client, and owns the consumer and retention tasks
+(``ServiceTasks``: a crash is logged, restarted with back-off and shown in /readyz).
 
 Shutdown (SIGTERM → uvicorn → lifespan exit) cancels the consumer between or inside a batch:
 anything not yet acked is redelivered to a replica, and rewriting it is harmless.
@@ -24,6 +25,7 @@ from trainwatch_common.auth import ApiTokens
 from trainwatch_common.observability.health import health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import PERSISTER_CONSUMER
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_persister import __version__, retention
 from trainwatch_persister.api.routes import jobs, stats
 from trainwatch_persister.consumer import Backoff, JobEventConsumer
@@ -52,11 +54,11 @@ def create_app(settings: PersisterSettings, *, tokens: ApiTokens | None = None) 
     app.state.settings = settings
     app.state.tokens = tokens if tokens is not None else ApiTokens()
     app.state.consumer = None
-    app.state.tasks = []
+    tasks = app.state.tasks = ServiceTasks()
     app.include_router(jobs.router)
     app.include_router(stats.router)
     app.router.routes.extend(
-        health_routes({"database": _database_ready(app), "consumer": _consumer_ready(app)})
+        health_routes({"database": _database_ready(app), "consumer": _consumer_ready(app)}, tasks=tasks)
     )
 
     @app.exception_handler(sa.exc.DBAPIError)
@@ -83,8 +85,7 @@ def _consumer_ready(app: FastAPI) -> Callable[[], bool]:
         if not app.state.settings.consume:
             return True
         nc: NatsClient | None = getattr(app.state, "nats", None)
-        tasks: list[asyncio.Task[None]] = app.state.tasks
-        return nc is not None and nc.is_connected and all(not task.done() for task in tasks)
+        return nc is not None and nc.is_connected  # the consumer task itself: ServiceTasks
 
     return check
 
@@ -95,12 +96,15 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
         await _migrate_until_done(settings)
     engine = make_engine(settings.database_url)
     app.state.engine = engine
-    tasks: list[asyncio.Task[None]] = app.state.tasks
+    tasks: ServiceTasks = app.state.tasks
     nc: NatsClient | None = None
     try:
         if settings.consume:
             nc = await nats.connect(
-                servers=settings.nats_servers(), name="trainwatch-persister", max_reconnect_attempts=-1
+                servers=settings.nats_servers(),
+                name="trainwatch-persister",
+                max_reconnect_attempts=-1,
+                **settings.nats_auth(),
             )
             app.state.nats = nc
             js = nc.jetstream()
@@ -108,35 +112,24 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
             await ensure_consumer(js, PERSISTER_CONSUMER)
             consumer = JobEventConsumer(js=js, engine=engine, settings=settings)
             app.state.consumer = consumer
-            tasks.append(asyncio.create_task(consumer.run(), name="persister-consumer"))
+            tasks.start("persister-consumer", consumer.run)
         if settings.retention_days > 0:
-            pruning = retention.prune_forever(
-                engine, retention_days=settings.retention_days, interval=settings.prune_interval_seconds
-            )
-            tasks.append(asyncio.create_task(pruning, name="persister-retention"))
-        for task in tasks:
-            task.add_done_callback(_log_unexpected_exit)
+
+            async def pruning() -> None:
+                await retention.prune_forever(
+                    engine, retention_days=settings.retention_days, interval=settings.prune_interval_seconds
+                )
+
+            tasks.start("persister-retention", pruning)
         log.info("persister started", extra={"database": safe_url(settings.database_url)})
         yield
     finally:
-        for task in tasks:
-            task.remove_done_callback(_log_unexpected_exit)
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        tasks.clear()
+        await tasks.stop()  # newest first: retention, then the consumer
         if nc is not None:
             with contextlib.suppress(Exception):  # already closed or unreachable: nothing to flush
                 await nc.drain()
         await engine.dispose()
         log.info("persister stopped")
-
-
-def _log_unexpected_exit(task: asyncio.Task[None]) -> None:
-    if task.cancelled():
-        return
-    log.error("task exited", extra={"task": task.get_name(), "error": repr(task.exception())})
 
 
 async def _migrate_until_done(settings: PersisterSettings) -> None:

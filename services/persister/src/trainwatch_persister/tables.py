@@ -35,7 +35,12 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
             return None
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        value = value.astimezone(UTC)
+        try:
+            value = value.astimezone(UTC)
+        except OverflowError:
+            # Outside datetime's range once in UTC (0001-01-01 at +14:00, 9999-12-31 at -12:00):
+            # the nearest representable instant compares the same with every stored time.
+            value = (datetime.min if value.year == 1 else datetime.max).replace(tzinfo=UTC)
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:

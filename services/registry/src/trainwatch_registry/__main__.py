@@ -35,9 +35,14 @@ def _default(ctx: typer.Context) -> None:
 @main.command()
 def serve() -> None:
     """Serve the API, /healthz, /readyz and /metrics on TRAINWATCH_HTTP_HOST:TRAINWATCH_HTTP_PORT."""
+    from trainwatch_common.auth import ApiTokens
     from trainwatch_registry.app import create_app
 
     settings = _settings()
+    try:  # a placeholder token such as replace-me stops the start with one clear line
+        ApiTokens().refuse_weak()
+    except ValueError as exc:
+        raise SystemExit(f"registry: {exc}") from None
     app = create_app(settings)
     uvicorn.run(app, host=settings.http_host, port=settings.http_port, log_config=None, access_log=False)
 

@@ -1,125 +1,28 @@
-"""Where a registered API server may live: the server-URL half of kubeconfig intake.
+"""The server address policy lives in ``trainwatch_common.addresses``: the watcher enforces the
+same rules at connect time. Re-exported here for the registry's modules."""
 
-The registry (connectivity tests) and every watcher connect to the URL an operator typed in,
-so a URL aimed at the host itself (loopback), at the link-local range, or at a cloud metadata
-service would turn Trainwatch into a way to reach what only the host should reach. These are
-refused unless the operator allows loopback / link-local servers; metadata services are
-refused always (no Kubernetes API lives there).
-"""
-
-from __future__ import annotations
-
-import ipaddress
-import socket
-from dataclasses import dataclass
-from urllib.parse import urlsplit
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-_METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a)
-    for a in (
-        "169.254.169.254",  # AWS, GCP, Azure, OpenStack, DigitalOcean...
-        "169.254.170.2",  # AWS ECS task metadata
-        "fd00:ec2::254",  # AWS IMDS over IPv6
-        "100.100.100.200",  # Alibaba Cloud
-    )
+from trainwatch_common.addresses import (
+    AddressPolicy,
+    AddressRefused,
+    IPAddress,
+    ServerProblem,
+    address_problem,
+    checked_addresses,
+    host_problem,
+    normalize_host,
+    parse_host_ip,
+    server_url_problems,
 )
-_METADATA_NAMES = frozenset(
-    {"metadata", "metadata.google.internal", "instance-data", "metadata.azure.internal"}
-)
-_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
 
-
-@dataclass(frozen=True, slots=True)
-class AddressPolicy:
-    allow_loopback: bool = False
-    allow_link_local: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ServerProblem:
-    code: str
-    message: str
-
-
-def parse_host_ip(host: str) -> IPAddress | None:
-    """The address a host string denotes, including the legacy IPv4 forms resolvers accept.
-
-    ``2130706433``, ``0x7f.1`` and ``127.1`` all mean 127.0.0.1 to getaddrinfo.
-    """
-    try:
-        return ipaddress.ip_address(host)
-    except ValueError:
-        pass
-    if host and all(ch in "0123456789abcdefxABCDEFX." for ch in host) and any(c.isdigit() for c in host):
-        try:
-            return ipaddress.IPv4Address(socket.inet_aton(host))
-        except OSError:
-            return None
-    return None
-
-
-def address_problem(ip: IPAddress, policy: AddressPolicy) -> ServerProblem | None:
-    """Why an API server must not live at ``ip``, or None."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if ip in _METADATA_ADDRESSES:
-        return ServerProblem("server_metadata", f"server address {ip} is a cloud metadata service")
-    if (ip.is_loopback or ip.is_unspecified) and not policy.allow_loopback:
-        return ServerProblem(
-            "server_loopback",
-            f"server address {ip} is loopback-only (set TRAINWATCH_ALLOW_LOOPBACK_SERVERS=true to allow)",
-        )
-    if ip.is_link_local and not policy.allow_link_local:
-        return ServerProblem(
-            "server_link_local",
-            f"server address {ip} is link-local (set TRAINWATCH_ALLOW_LINK_LOCAL_SERVERS=true to allow)",
-        )
-    if ip.is_multicast or ip.is_reserved:
-        return ServerProblem("server_address", f"server address {ip} cannot be an API server")
-    return None
-
-
-def host_problem(host: str, policy: AddressPolicy) -> ServerProblem | None:
-    """Why ``host`` (a name or an address, as written in the URL) is refused, or None."""
-    name = host.lower().rstrip(".")
-    if name in _METADATA_NAMES:
-        return ServerProblem("server_metadata", f"server host {host!r} is a cloud metadata service")
-    if (name in _LOOPBACK_NAMES or name.endswith(".localhost")) and not policy.allow_loopback:
-        return ServerProblem(
-            "server_loopback",
-            f"server host {host!r} is loopback-only (set TRAINWATCH_ALLOW_LOOPBACK_SERVERS=true to allow)",
-        )
-    ip = parse_host_ip(name)
-    return address_problem(ip, policy) if ip is not None else None
-
-
-def server_url_problems(server: str, policy: AddressPolicy) -> list[ServerProblem]:
-    """Every reason the API server URL is refused (an empty list means it is acceptable)."""
-    if any(ord(ch) < 0x21 or ord(ch) == 0x7F for ch in server):
-        return [ServerProblem("server_url", "server URL contains whitespace or control characters")]
-    try:
-        parts = urlsplit(server)
-        port = parts.port
-    except ValueError as exc:
-        return [ServerProblem("server_url", f"server URL is malformed: {exc}")]
-    problems: list[ServerProblem] = []
-    if parts.scheme.lower() != "https":
-        problems.append(ServerProblem("server_not_https", f"server URL must use https, not {parts.scheme!r}"))
-    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
-        problems.append(
-            ServerProblem("server_credentials", "server URL carries credentials (user:password@)")
-        )
-    if parts.query or parts.fragment:
-        problems.append(ServerProblem("server_url", "server URL carries a query or fragment"))
-    host = parts.hostname
-    if not host:
-        problems.append(ServerProblem("server_url", "server URL names no host"))
-        return problems
-    if port == 0:
-        problems.append(ServerProblem("server_url", "server URL has port 0"))
-    problem = host_problem(host, policy)
-    if problem is not None:
-        problems.append(problem)
-    return problems
+__all__ = [
+    "AddressPolicy",
+    "AddressRefused",
+    "IPAddress",
+    "ServerProblem",
+    "address_problem",
+    "checked_addresses",
+    "host_problem",
+    "normalize_host",
+    "parse_host_ip",
+    "server_url_problems",
+]

@@ -1,26 +1,27 @@
 """The composition root: ``create_app(settings)`` and the lifespan that builds everything.
 
 Start-up: engine and migrations, the encryption keys (refusing to start without one), the
-NATS bus, the outbox relay and the health consumer as named tasks, then the import folder.
-Shutdown (SIGTERM via uvicorn): the tasks are cancelled and awaited, the engine disposed.
+NATS bus, the outbox relay and the health consumer as named tasks (``ServiceTasks``: a crash is
+logged, restarted with back-off and shown in /readyz), then the import folder. Shutdown (SIGTERM
+via uvicorn): the tasks are stopped newest first, the engine disposed.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from redis.asyncio import Redis
 from sqlalchemy import text
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainwatch_common.auth import ApiTokens
 from trainwatch_common.observability.health import health_routes
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
 from trainwatch_registry.api.deps import ConnectivityCheck, Services
 from trainwatch_registry.api.errors import install_error_handlers
@@ -32,6 +33,7 @@ from trainwatch_registry.database import create_engine
 from trainwatch_registry.health_consumer import HealthConsumer
 from trainwatch_registry.importer import import_directory
 from trainwatch_registry.kubeconfig import IntakePolicy, SanitizedKubeconfig
+from trainwatch_registry.lease_proofs import LeaseProofs
 from trainwatch_registry.migrations import upgrade_to_head
 from trainwatch_registry.models import ConnectivityReport
 from trainwatch_registry.outbox import OutboxRelay
@@ -90,21 +92,25 @@ def intake_policy(settings: RegistrySettings) -> IntakePolicy:
             allow_loopback=settings.allow_loopback_servers, allow_link_local=settings.allow_link_local_servers
         ),
         allow_exec_plugins=settings.allow_exec_plugins,
+        fingerprint_key=settings.fingerprint_key(),
     )
 
 
 def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -> FastAPI:
-    tasks: list[asyncio.Task[None]] = []
+    tasks = ServiceTasks()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         encryptor = Encryptor(settings.encryption_keys())  # refuse to start without a usable key
+        lease_proofs: LeaseProofs | None = None
         engine = create_engine(settings.registry_database_url)
         try:
             if settings.registry_migrate_on_start:
                 await upgrade_to_head(engine)
             instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
-            bus = Bus(settings.nats_servers(), name=f"trainwatch-registry {instance}")
+            bus = Bus(
+                settings.nats_servers(), name=f"trainwatch-registry {instance}", auth=settings.nats_auth()
+            )
             relay = OutboxRelay(engine=engine, bus=bus, poll_seconds=settings.registry_outbox_poll_seconds)
             policy = intake_policy(settings)
             registry = Registry(engine=engine, encryptor=encryptor, policy=policy, on_commit=relay.wake)
@@ -114,19 +120,21 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
                 return await check_connectivity(kubeconfig, policy=policy.addresses, timeout_seconds=timeout)
 
             connectivity: ConnectivityCheck = check
+            if settings.registry_watcher_reads_need_lease:
+                lease_proofs = LeaseProofs(Redis.from_url(settings.redis_url), prefix=settings.redis_prefix)
             app.state.services = Services(
-                settings=settings, registry=registry, check_connectivity=connectivity
+                settings=settings,
+                registry=registry,
+                check_connectivity=connectivity,
+                lease_proofs=lease_proofs,
             )
             app.state.engine, app.state.bus = engine, bus
 
-            def start(name: str, coro: Coroutine[Any, Any, None]) -> None:
-                tasks.append(asyncio.create_task(coro, name=name))
-
-            start("registry-nats", bus.run())
+            tasks.start("registry-nats", bus.run)
             if settings.registry_outbox_relay_enabled:
-                start("registry-outbox-relay", relay.run())
+                tasks.start("registry-outbox-relay", relay.run)
             if settings.registry_health_consumer_enabled:
-                start("registry-health-consumer", HealthConsumer(engine=engine, bus=bus).run())
+                tasks.start("registry-health-consumer", HealthConsumer(engine=engine, bus=bus).run)
             if settings.registry_import_dir is not None:
                 try:
                     await import_directory(registry, settings.registry_import_dir)
@@ -136,11 +144,9 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             yield
         finally:
             app.state.services = None
-            # Stop the users of the bus before the bus itself, newest first.
-            for task in reversed(tasks):
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            tasks.clear()
+            await tasks.stop()  # newest first: the users of the bus before the bus itself
+            if lease_proofs is not None:
+                await lease_proofs.close()
             await engine.dispose()
             log.info("registry stopped")
 
@@ -154,6 +160,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     )
     app.state.tokens = tokens or ApiTokens()
     app.state.services = None
+    app.state.tasks = tasks
     install_error_handlers(app)
     app.include_router(clusters.router)
 
@@ -165,6 +172,6 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     def nats_ready() -> bool:
         return bool(app.state.bus.connected)
 
-    app.router.routes.extend(health_routes({"database": database_ready, "nats": nats_ready}))
+    app.router.routes.extend(health_routes({"database": database_ready, "nats": nats_ready}, tasks=tasks))
     app.add_middleware(BodyLimit, max_bytes=settings.registry_max_request_bytes)
     return app

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from typing import Any
 
 import nats
 from nats.aio.client import Client
@@ -29,9 +30,10 @@ def reraise_if_cancelling() -> None:
 
 
 class Bus:
-    def __init__(self, servers: list[str], *, name: str) -> None:
+    def __init__(self, servers: list[str], *, name: str, auth: dict[str, Any] | None = None) -> None:
         self._servers = servers
         self._name = name
+        self._auth = auth or {}  # user/password or token (ServiceSettings.nats_auth); never logged
         self.client: Client | None = None
         self.js: JetStreamContext | None = None
         self.kv: KeyValue | None = None
@@ -73,6 +75,7 @@ class Bus:
             error_cb=self._on_error,
             disconnected_cb=self._on_disconnect,
             reconnected_cb=self._on_reconnect,
+            **self._auth,
         )
         js = client.jetstream(timeout=5)
         await ensure_streams(js)

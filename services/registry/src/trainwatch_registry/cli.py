@@ -49,6 +49,16 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
+def _read_kubeconfig(path: Path) -> str:
+    """The file's text, or a clear error (not a traceback) when it is not UTF-8 or cannot be read."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise _fail(f"{path} is not UTF-8 text (a kubeconfig is YAML or JSON)") from None
+    except OSError as exc:
+        raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
 def _call(api_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
     try:
         with _client(api_url, token) as client:
@@ -118,6 +128,25 @@ def _watch(watch: dict[str, Any]) -> str:
     return f"{kinds} in {spaces}" + (f" except {', '.join(excluded)}" if excluded else "")
 
 
+def _kinds_in(health: dict[str, Any], state: str) -> list[str]:
+    kinds = health.get("kinds") or {}
+    return sorted(key for key, kind in kinds.items() if (kind or {}).get("state") == state)
+
+
+def _health_state(health: dict[str, Any]) -> str:
+    """The HEALTH column: reachable is not enough, a cluster whose every kind is forbidden
+    watches nothing."""
+    if not health:
+        return "unknown"
+    if not health.get("reachable"):
+        return "[red]down[/]"
+    if _kinds_in(health, "forbidden"):
+        return "[red]forbidden[/]"
+    if _kinds_in(health, "failing"):
+        return "[yellow]degraded[/]"
+    return "[green]ok[/]"
+
+
 def _health(health: dict[str, Any]) -> str:
     if not health:
         return "unknown"
@@ -126,16 +155,28 @@ def _health(health: dict[str, Any]) -> str:
         if health.get("reachable")
         else f"[red]unreachable[/] {health.get('last_error') or ''}"
     )
-    return f"{state} (at {health.get('observed_at')})"
+    lines = [f"{state} (at {health.get('observed_at')})"]
+    for label, kind_state in (
+        ("watching", "watching"),
+        ("starting", "starting"),
+        ("forbidden (403)", "forbidden"),
+        ("failing", "failing"),
+    ):
+        if kinds := _kinds_in(health, kind_state):
+            lines.append(f"{label}: {', '.join(kinds)}")
+    return "\n".join(lines)
 
 
 def _show_report(report: dict[str, Any]) -> None:
+    access = report.get("kinds") or {}
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
         out.print(f"[green]ok[/] {report['server']} Kubernetes {version}; job kinds served: {kinds}")
     else:
         out.print(f"[red]failed[/] {report['server']}: {report.get('error')}")
+    for key in sorted(access):
+        out.print(f"  {key}: {access[key]}")
 
 
 def _watch_body(
@@ -176,7 +217,7 @@ def add(
         "name": name,
         "description": description,
         "labels": _labels(label) or {},
-        "kubeconfig": kubeconfig.read_text(),
+        "kubeconfig": _read_kubeconfig(kubeconfig),
         "context": context,
     }
     watch = _watch_body(kind, namespace, exclude_namespace)
@@ -210,7 +251,7 @@ def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
     table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
-        state = "unknown" if not health else ("[green]ok[/]" if health.get("reachable") else "[red]down[/]")
+        state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
             c["id"],
@@ -272,7 +313,7 @@ def rotate(
     token: Token = "",
 ) -> None:
     """Replace a cluster's kubeconfig (credential rotation)."""
-    body = {"kubeconfig": kubeconfig.read_text(), "context": context}
+    body = {"kubeconfig": _read_kubeconfig(kubeconfig), "context": context}
     result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
     fingerprint = result["connection_fingerprint"]
     out.print(f"rotated [bold]{cluster_id}[/]: revision {result['revision']}, fingerprint {fingerprint}")

@@ -1,7 +1,9 @@
 """Connectivity test: talk to a cluster's API server with a sanitized kubeconfig, store nothing.
 
 Reads ``/version`` and the discovery documents (``/apis``, ``/apis/<group>/<version>``) to
-report the server version and which of Trainwatch's job kinds the cluster serves. The host is
+report the server version and which of Trainwatch's job kinds the cluster serves, then LISTs one
+item of each served kind: discovery is open to any authenticated user, so only that tells whether
+the credentials may watch them (``permissions``; 403 on a kind fails the test). The host is
 resolved and every address it resolves to is checked against the same policy as at intake
 (a name that resolves to loopback or metadata is refused too). Exec and auth-provider
 credentials are never run here: such a cluster is tested without credentials.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import os
 import socket
 import ssl
@@ -26,6 +29,7 @@ from trainwatch_common.kinds import ALL_JOB_KINDS
 from trainwatch_registry.addresses import AddressPolicy, address_problem, parse_host_ip
 from trainwatch_registry.kubeconfig import SanitizedKubeconfig
 from trainwatch_registry.models import ConnectivityReport, ServerVersion
+from trainwatch_registry.permissions import forbidden_summary, kind_access, served_job_kinds
 
 
 class _Refused(Exception):
@@ -99,14 +103,14 @@ async def check_connectivity(
         ) as client:
 
             async def get(path: str) -> Any:
-                response = await client.get(path, extensions=extensions)
-                if response.status_code == 401:
-                    raise _Refused("the API server rejected the credentials (401 Unauthorized)")
-                if response.status_code == 403:
-                    raise _Refused(f"the credentials may not read {path} (403 Forbidden)")
-                if response.status_code != 200:
-                    raise _Refused(f"GET {path} answered {response.status_code}")
-                return response.json()
+                async with client.stream("GET", path, extensions=extensions) as response:
+                    if response.status_code == 401:
+                        raise _Refused("the API server rejected the credentials (401 Unauthorized)")
+                    if response.status_code == 403:
+                        raise _Refused(f"the credentials may not read {path} (403 Forbidden)")
+                    if response.status_code != 200:
+                        raise _Refused(f"GET {path} answered {response.status_code}")
+                    return json.loads(await _read_bounded(response, path))
 
             try:
                 version = await get("/version")
@@ -121,6 +125,7 @@ async def check_connectivity(
                 for group_version in sorted(wanted & offered):
                     listing = await get(f"/apis/{group_version}")
                     resources[group_version] = {r.get("name") for r in listing.get("resources", [])}
+                access = await kind_access(client, served_job_kinds(resources), extensions=extensions)
                 server_version = ServerVersion(
                     git_version=version.get("gitVersion"),
                     major=version.get("major"),
@@ -135,7 +140,30 @@ async def check_connectivity(
                 return report(ok=False, error=f"no answer from {server} within {timeout_seconds:g}s")
             except (httpx.HTTPError, ValueError, AttributeError, TypeError) as exc:
                 return report(ok=False, error=f"unexpected answer from {server}: {_reason(exc)}")
-    return report(ok=True, server_version=server_version, kinds_served=_served_kinds(resources))
+    forbidden = forbidden_summary(access)
+    return report(
+        ok=forbidden is None,
+        server_version=server_version,
+        kinds_served=_served_kinds(resources),
+        kinds=access,
+        error=forbidden,
+    )
+
+
+# /version is a few hundred bytes and a discovery document tens of KiB on a big cluster: read no
+# more than this of any answer (a hostile server's 100 MB body must not reach memory).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024
+
+
+async def _read_bounded(response: httpx.Response, path: str) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise _Refused(f"GET {path}: the answer is larger than {MAX_ANSWER_BYTES // (1024 * 1024)} MiB")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _reason(exc: BaseException) -> str:

@@ -1,7 +1,10 @@
 """Consumes the watchers' cluster-health reports (clusters.v1.health.*) into ``cluster_health``.
 
 A durable pull consumer (REGISTRY_HEALTH_CONSUMER); messages are acked after the commit, so a
-crash re-delivers rather than loses. A report that cannot be parsed is counted and dropped.
+crash re-delivers rather than loses. NATS or the database being away is waited out (the
+unacked reports come back). A single report that cannot be parsed, or that the database
+refuses, is counted, logged and dropped, and the others are recorded: one bad message never
+stops the consumer.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import nats.errors
 from nats.aio.msg import Msg
 from prometheus_client import Counter
 from pydantic import ValidationError
+from sqlalchemy import exc as sql_errors
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import ClusterHealth, ensure_consumer, parse_cluster_health
@@ -24,6 +28,15 @@ from trainwatch_registry.bus import Bus, reraise_if_cancelling
 log = logging.getLogger(__name__)
 
 HEALTH_RECEIVED = Counter("trainwatch_registry_health_reports_total", "Health reports received", ["outcome"])
+
+# Failures of the bus or the database itself, not of one report: retried, never blamed on a message.
+UNAVAILABLE = (
+    nats.errors.Error,
+    OSError,
+    TimeoutError,
+    sql_errors.OperationalError,
+    sql_errors.InterfaceError,
+)
 
 
 class HealthConsumer:
@@ -38,7 +51,7 @@ class HealthConsumer:
             reraise_if_cancelling()
             try:
                 await self._consume()
-            except (nats.errors.Error, OSError, TimeoutError) as exc:
+            except UNAVAILABLE as exc:
                 reraise_if_cancelling()
                 log.warning("health consumer interrupted; resubscribing", extra={"error": repr(exc)})
                 await asyncio.sleep(1.0)  # back-off before resubscribing, not a synchronisation
@@ -73,9 +86,37 @@ class HealthConsumer:
                 )
                 await message.term()
         now = datetime.now(UTC)
+        try:
+            await self._record(reports, received_at=now)  # one transaction: the usual case
+        except UNAVAILABLE:
+            raise
+        except Exception:
+            # One report in the batch is refused: record them one at a time, so only it is lost.
+            for report in reports:
+                await self._record_or_drop(report, received_at=now)
+
+    async def _record(self, reports: list[tuple[Msg, ClusterHealth]], *, received_at: datetime) -> None:
+        outcomes = []
         async with self._engine.begin() as conn:
             for _, report in reports:
-                newer = await repository.record_health(conn, report, received_at=now)
-                HEALTH_RECEIVED.labels("recorded" if newer else "stale").inc()
+                newer = await repository.record_health(conn, report, received_at=received_at)
+                outcomes.append("recorded" if newer else "stale")
+        for outcome in outcomes:
+            HEALTH_RECEIVED.labels(outcome).inc()
         for message, _ in reports:
             await message.ack()
+
+    async def _record_or_drop(self, report: tuple[Msg, ClusterHealth], *, received_at: datetime) -> None:
+        message, health = report
+        try:
+            await self._record([report], received_at=received_at)
+        except UNAVAILABLE:
+            raise
+        except Exception as exc:  # this report's fault: redelivering it would fail the same way
+            HEALTH_RECEIVED.labels("failed").inc()
+            log.error(
+                "dropping a health report the database refused",
+                extra={"cluster": health.cluster_id, "subject": message.subject, "error": repr(exc)[:300]},
+                exc_info=exc,
+            )
+            await message.term()

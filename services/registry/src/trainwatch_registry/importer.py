@@ -7,18 +7,25 @@ Running the import again changes nothing unless a file changed; files are only r
 - a changed file updates its cluster's connection (one event, connection_changed=True);
 - a cluster registered or removed through the API is left alone: the operator's word wins;
 - a file that is not a safe kubeconfig is refused with its reasons, and nothing is written.
+
+Only files inside the folder are read: a symbolic link is followed only when its target is
+inside the folder too (as in a Kubernetes Secret volume, whose files link into ``..data/``).
+A refusal reason names the problem but no value from the file (the reply and the log are read
+by people who may not read the file): quoted values are replaced by '…'.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
+import stat
 from pathlib import Path
 
 from pydantic import SecretStr, ValidationError
 
-from trainwatch_registry.documents import MAX_DOCUMENT_BYTES
+from trainwatch_common.kubeconfig_yaml import MAX_DOCUMENT_BYTES
 from trainwatch_registry.kubeconfig import KubeconfigRefused
 from trainwatch_registry.models import ClusterCreate, ClusterUpdate, ImportedFile, ImportReport
 from trainwatch_registry.registrations import ClusterConflict, Registry
@@ -32,13 +39,25 @@ def cluster_id_for(path: Path) -> str:
     return slug[:63].rstrip("-")
 
 
-def _read(path: Path) -> str:
+def _read(path: Path, directory: Path) -> str:
     """The file's text; raises ValueError naming why it cannot be a kubeconfig."""
-    size = path.stat().st_size
-    if size > MAX_DOCUMENT_BYTES:
-        raise ValueError(f"the kubeconfig is {size} bytes; the limit is 1 MiB")
+    target = path.resolve()
+    if not target.is_relative_to(directory.resolve()):
+        # Never say where it points: the target's path is itself information about the host.
+        raise ValueError("the file is a symbolic link to outside the import folder; not followed")
+    # O_NOFOLLOW: the resolved path must not have become a link since it was resolved.
+    descriptor = os.open(target, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(descriptor, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("the file is not a regular file")
+        if info.st_size > MAX_DOCUMENT_BYTES:
+            raise ValueError(f"the kubeconfig is {info.st_size} bytes; the limit is 1 MiB")
+        data = handle.read(MAX_DOCUMENT_BYTES + 1)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise ValueError("the kubeconfig is larger than 1 MiB")
     try:
-        return path.read_text(encoding="utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError:
         raise ValueError("the file is not UTF-8 text") from None
 
@@ -47,6 +66,18 @@ def _files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise FileNotFoundError(f"import folder {directory} does not exist")
     return sorted(p for p in directory.iterdir() if p.is_file() and not p.name.startswith("."))
+
+
+# Quoted words that are the kubeconfig's vocabulary, not the file's values: kept in reasons.
+_VOCABULARY = frozenset(
+    {"clusters", "users", "contexts", "cluster", "user", "context", "Config", "v1", "none", "https"}
+)
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"")
+
+
+def _without_values(reason: str) -> str:
+    """The reason with every quoted value (a name, a field, a kind...) replaced by '…'."""
+    return _QUOTED.sub(lambda m: m.group(0) if m.group(0)[1:-1] in _VOCABULARY else "'…'", reason)
 
 
 async def import_file(registry: Registry, path: Path) -> ImportedFile:
@@ -61,7 +92,7 @@ async def import_file(registry: Registry, path: Path) -> ImportedFile:
     if not cluster_id:
         return outcome("refused", "the file name gives no usable cluster id")
     try:
-        text = await asyncio.to_thread(_read, path)
+        text = await asyncio.to_thread(_read, path, path.parent)
     except (ValueError, OSError) as exc:
         return outcome("refused", str(exc))
     try:
@@ -83,7 +114,7 @@ async def import_file(registry: Registry, path: Path) -> ImportedFile:
         await registry.update(cluster_id, ClusterUpdate(kubeconfig=SecretStr(text)))
         return outcome("updated")
     except KubeconfigRefused as exc:
-        return outcome("refused", *(r.message for r in exc.refusals))
+        return outcome("refused", *(f"{r.code}: {_without_values(r.message)}" for r in exc.refusals))
     except ValidationError as exc:
         return outcome("refused", *(str(e["msg"]) for e in exc.errors()))
     except ClusterConflict as exc:  # another replica imported it at the same moment

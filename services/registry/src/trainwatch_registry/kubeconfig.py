@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +21,8 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from trainwatch_common import fingerprint
+from trainwatch_common.kubeconfig_yaml import DocumentRefused, load_mapping
 from trainwatch_registry.addresses import AddressPolicy, server_url_problems
-from trainwatch_registry.documents import DocumentRefused, load_mapping
 
 MAX_TOKEN_CHARS = 16 * 1024
 
@@ -39,10 +41,17 @@ class KubeconfigRefused(ValueError):
         self.refusals = refusals
 
 
+_PROCESS_FINGERPRINT_KEY: bytes = secrets.token_bytes(32)
+
+
 @dataclass(frozen=True, slots=True)
 class IntakePolicy:
     addresses: AddressPolicy = field(default_factory=AddressPolicy)
     allow_exec_plugins: bool = False
+    # Keys the connection fingerprint (an HMAC): the fingerprint is published on the bus, and a
+    # plain hash of server + CA + token would let anyone there test guessed tokens offline. The
+    # registry passes a stable key from its settings; the default is random per process.
+    fingerprint_key: bytes = field(default_factory=lambda: _PROCESS_FINGERPRINT_KEY, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +196,11 @@ class _Checker:
                 "token_control_chars", f"user {name!r} token contains whitespace or control characters"
             )
             return False
+        if not token.isascii():
+            # An HTTP header carries ASCII only: such a token can never authenticate (the watcher
+            # would get 401 forever), so it is refused here rather than stored.
+            self.refuse("token_not_ascii", f"user {name!r} token contains non-ASCII characters")
+            return False
         if len(token) > MAX_TOKEN_CHARS:
             self.refuse("malformed", f"user {name!r} token is longer than {MAX_TOKEN_CHARS} characters")
             return False
@@ -209,8 +223,11 @@ class _Checker:
         try:
             certificates = x509.load_pem_x509_certificates(cert)
             private_key = serialization.load_pem_private_key(key, password=None)
-        except (ValueError, TypeError) as exc:
-            self.refuse("bad_pem", f"user {name!r} client key cannot be read: {_short(exc)}")
+        except (ValueError, TypeError):
+            # The library's text is noise (ASN.1 dumps, FAQ links): say what is wrong in our words.
+            self.refuse(
+                "bad_pem", f"user {name!r} client key cannot be read (not an unencrypted PEM private key)"
+            )
             return {}
         public = private_key.public_key().public_bytes(
             serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
@@ -238,8 +255,13 @@ class _Checker:
         if kind == "certificate":
             try:
                 x509.load_pem_x509_certificates(raw)
-            except ValueError as exc:
-                self.refuse("bad_pem", f"{what} is not a PEM certificate: {_short(exc)}")
+            except ValueError:
+                why = (
+                    "its certificate block cannot be parsed"
+                    if b"-----BEGIN CERTIFICATE-----" in raw
+                    else "no BEGIN CERTIFICATE block"
+                )
+                self.refuse("bad_pem", f"{what} is not a PEM certificate ({why})")
                 return None
         elif b"-----BEGIN" not in raw or b"PRIVATE KEY-----" not in raw:
             self.refuse("bad_pem", f"{what} is not a PEM private key")
@@ -247,8 +269,11 @@ class _Checker:
         return raw
 
 
-def _short(exc: Exception) -> str:
-    return str(exc).split("\n")[0][:200] or type(exc).__name__
+def _echo(value: Any) -> str:
+    """A value fit to repeat in a reason: a short plain word (``'Pod'``), else only its type."""
+    if isinstance(value, str) and len(value) <= 63 and value.replace("/", "").replace(".", "").isalnum():
+        return repr(value)
+    return f"a {type(value).__name__}"
 
 
 def _choose_context(
@@ -287,10 +312,12 @@ def sanitize(
     except DocumentRefused as exc:
         raise KubeconfigRefused([Refusal(exc.code, exc.message)]) from None
     if doc.get("kind", "Config") != "Config":
-        raise KubeconfigRefused([Refusal("not_kubeconfig", f"kind is {doc.get('kind')!r}, not 'Config'")])
+        raise KubeconfigRefused(
+            [Refusal("not_kubeconfig", f"kind is {_echo(doc.get('kind'))}, not 'Config'")]
+        )
     if doc.get("apiVersion", "v1") != "v1":
         raise KubeconfigRefused(
-            [Refusal("not_kubeconfig", f"apiVersion is {doc.get('apiVersion')!r}, not 'v1'")]
+            [Refusal("not_kubeconfig", f"apiVersion is {_echo(doc.get('apiVersion'))}, not 'v1'")]
         )
     clusters = checker.named_entries(doc, "clusters", "cluster")
     users = checker.named_entries(doc, "users", "user")
@@ -330,10 +357,11 @@ def sanitize(
     }
     # The fingerprint covers what decides the connection (server, CA, credentials), not names.
     canonical = orjson.dumps({"cluster": cluster, "user": user}, option=orjson.OPT_SORT_KEYS)
+    keyed = hmac.new(checker.policy.fingerprint_key, canonical, hashlib.sha256).hexdigest()[:32]
     return SanitizedKubeconfig(
         context=chosen,
         server=cluster["server"],
         auth_method=auth_method,
         document=document,
-        connection_fingerprint=fingerprint(canonical),
+        connection_fingerprint=f"hmac-sha256:{keyed}",
     )

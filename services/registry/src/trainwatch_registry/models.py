@@ -9,7 +9,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from trainwatch_common import WatchOptions
-from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
+from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN, KindHealth
 
 ClusterIdField = Field(pattern=CLUSTER_ID_PATTERN, min_length=1, max_length=63, examples=["gpu-east-1"])
 _LABEL_KEY = r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
@@ -127,6 +127,10 @@ class HealthPublic(BaseModel):
     informers_running: int = 0
     last_error: str | None = None
     watch_lag_seconds: float | None = None
+    kinds: dict[str, KindHealth] = Field(
+        default_factory=dict,
+        description="Per kind key: watching, starting, forbidden, not_installed, failing",
+    )
 
 
 class ClusterPublic(BaseModel):
@@ -152,11 +156,26 @@ class ClustersPublic(BaseModel):
     next_cursor: str | None = Field(None, description="Pass as ?cursor= for the next page")
 
 
+# Strings an API server sends are repeated to the caller cut to this many characters: a hostile
+# server must not be able to make the registry's reply carry its payload (a 100 MB gitVersion).
+MAX_ECHOED_CHARS = 64
+
+
 class ServerVersion(BaseModel):
     git_version: str | None = None
     major: str | None = None
     minor: str | None = None
     platform: str | None = None
+
+    @field_validator("git_version", "major", "minor", "platform", mode="before")
+    @classmethod
+    def _bounded(cls, value: object) -> object:
+        if isinstance(value, str) and len(value) > MAX_ECHOED_CHARS:
+            return value[:MAX_ECHOED_CHARS] + "…"
+        return value
+
+
+KindAccess = Literal["allowed", "forbidden", "not_installed", "error"]
 
 
 class ConnectivityReport(BaseModel):
@@ -166,6 +185,13 @@ class ConnectivityReport(BaseModel):
     server: str
     server_version: ServerVersion | None = None
     kinds_served: list[str] = Field(default_factory=list, description="Kind keys the cluster serves")
+    kinds: dict[str, KindAccess] = Field(
+        default_factory=dict,
+        description=(
+            "Per served kind key: whether the credentials may list it (a LIST ?limit=1 of each): "
+            "allowed, forbidden (403; the test is then not ok), not_installed (404), error"
+        ),
+    )
     error: str | None = None
     elapsed_ms: float
 

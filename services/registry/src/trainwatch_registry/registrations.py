@@ -7,10 +7,12 @@ kubeconfig is refused, and a change that changes nothing writes nothing.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -26,8 +28,15 @@ from trainwatch_common import (
     wrap_cluster_event,
 )
 from trainwatch_registry import repository
+from trainwatch_registry.addresses import AddressRefused, checked_addresses
 from trainwatch_registry.crypto import Encryptor
-from trainwatch_registry.kubeconfig import IntakePolicy, SanitizedKubeconfig, sanitize
+from trainwatch_registry.kubeconfig import (
+    IntakePolicy,
+    KubeconfigRefused,
+    Refusal,
+    SanitizedKubeconfig,
+    sanitize,
+)
 from trainwatch_registry.models import (
     ClusterCreate,
     ClusterPublic,
@@ -38,6 +47,9 @@ from trainwatch_registry.models import (
 from trainwatch_registry.repository import ClusterRow
 
 MAX_PAGE = 1000
+# How long intake waits for DNS before accepting a name it cannot resolve (the watcher checks
+# the resolved address again at every connect, so an unresolved name is not a way around it).
+RESOLVE_TIMEOUT_SECONDS = 5.0
 
 
 class ClusterNotFound(LookupError):
@@ -130,6 +142,22 @@ class Registry:
         """Validate and reduce a kubeconfig; raises KubeconfigRefused. Pure: touches nothing."""
         return sanitize(kubeconfig, context=context, policy=self.policy)
 
+    async def check_resolved(self, sanitized: SanitizedKubeconfig) -> None:
+        """Refuse a server whose name resolves to a refused address (``vm`` -> 127.0.0.1).
+
+        A name that does not resolve from here is accepted: the API server may be reachable
+        only from the watchers' network, and they check every address they connect to.
+        """
+        parts = urlsplit(sanitized.server)
+        try:
+            async with asyncio.timeout(RESOLVE_TIMEOUT_SECONDS):
+                await checked_addresses(parts.hostname or "", parts.port or 443, self.policy.addresses)
+        except AddressRefused as exc:
+            problem = exc.problem
+            raise KubeconfigRefused([Refusal(problem.code, f"cluster server: {problem.message}")]) from None
+        except (OSError, TimeoutError, UnicodeError):
+            return
+
     def preview(self, body: ClusterCreate) -> tuple[SanitizedKubeconfig, ClusterPublic]:
         """What ``create`` would store, without storing it (the dry run)."""
         sanitized = self.intake(body.kubeconfig.get_secret_value(), body.context)
@@ -166,6 +194,7 @@ class Registry:
 
     async def create(self, body: ClusterCreate, *, source: str = "api") -> ClusterPublic:
         sanitized = self.intake(body.kubeconfig.get_secret_value(), body.context)
+        await self.check_resolved(sanitized)
         blob = self._encryptor.encrypt(sanitized.to_yaml())
         try:
             async with self._engine.begin() as conn:
@@ -210,6 +239,8 @@ class Registry:
             # A new context alone: re-read the stored (already reduced) kubeconfig with it.
             stored = self._encryptor.decrypt(current.kubeconfig_encrypted or b"")
             sanitized = self.intake(stored, body.context)
+        if sanitized is not None:
+            await self.check_resolved(sanitized)
         async with self._engine.begin() as conn:
             current = await repository.get_cluster(conn, cluster_id)
             if current is None:

@@ -7,6 +7,9 @@ names operators are told about (TRAINWATCH_ALLOW_LOOPBACK_SERVERS, ...).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from pathlib import Path
 
 from pydantic import Field, SecretStr, model_validator
@@ -30,6 +33,11 @@ class RegistrySettings(ServiceSettings):
     registry_encryption_key_file: Path | None = Field(
         None, description="A mounted secret with one Fernet key per line, primary first"
     )
+    registry_fingerprint_key: SecretStr = Field(
+        SecretStr(""),
+        description="Key of the HMAC behind connection fingerprints; default: derived from the "
+        "primary encryption key (set it to keep fingerprints stable across a key rotation)",
+    )
     registry_import_dir: Path | None = Field(
         None, description="A folder of kubeconfig files registered at start-up and on demand"
     )
@@ -40,6 +48,13 @@ class RegistrySettings(ServiceSettings):
     registry_health_consumer_enabled: bool = Field(True, description="Consume clusters.v1.health.*")
     registry_connect_timeout_seconds: float = Field(5.0, gt=0, description="Connectivity tests")
     registry_max_request_bytes: int = Field(4 * 1024 * 1024, gt=0)
+
+    registry_watcher_reads_need_lease: bool = Field(
+        True,
+        description="A watcher reads a cluster's kubeconfig only while it holds the cluster's Redis lease "
+        "(needs TRAINWATCH_REDIS_URL)",
+    )
+    redis_prefix: str = Field("trainwatch", description="Prefix of the watchers' lease keys in Redis")
 
     allow_loopback_servers: bool = Field(
         False, description="Accept API servers on loopback addresses (tests, local demo)"
@@ -59,6 +74,16 @@ class RegistrySettings(ServiceSettings):
     def inline_keys(self) -> list[str]:
         raw = self.registry_encryption_keys.get_secret_value()
         return [key.strip() for key in raw.split(",") if key.strip()]
+
+    def fingerprint_key(self) -> bytes:
+        """The HMAC key of connection fingerprints (never the encryption key itself)."""
+        explicit = self.registry_fingerprint_key.get_secret_value()
+        if explicit:
+            return explicit.encode()
+        keys = self.encryption_keys()
+        if not keys:
+            return secrets.token_bytes(32)  # no key at all: the registry refuses to start anyway
+        return hmac.new(keys[0].encode(), b"trainwatch connection fingerprint v1", hashlib.sha256).digest()
 
     def encryption_keys(self) -> list[str]:
         """All configured keys, primary first: the inline ones, then the mounted file's."""

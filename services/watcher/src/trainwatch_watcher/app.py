@@ -1,7 +1,9 @@
 """The composition root: settings → NATS, Redis, publisher, state, supervisor, feed, health server.
 
 ``WatcherApp.run(stop)`` runs until ``stop`` is set (SIGTERM/SIGINT in ``run``), then stops
-every cluster, drains NATS and closes Redis.
+every cluster, drains NATS and closes Redis. Its long-running loops (health server, cluster
+feed, claim loop) are owned by ``ServiceTasks``: a crash is logged, restarted with back-off and
+shown in /readyz; the clusters themselves are the supervisor's keyed tasks (``TaskMap``).
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ from trainwatch_common.events.clusters import ClusterSpec
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
+from trainwatch_common.tasks import ServiceTasks
 from trainwatch_watcher.claims import GRACEFUL_REASONS, ClaimLoop, ClaimMetrics
 from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
 from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
 from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.settings import WatcherSettings
@@ -50,6 +54,7 @@ class WatcherApp:
         *,
         connections: ConnectionSource | None = None,
         feed_factory: Callable[[NatsClient], ClusterFeed] | None = None,
+        history_factory: Callable[[NatsClient], StreamHistory] = StreamHistory,
         metrics: WatcherMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -57,9 +62,11 @@ class WatcherApp:
         self.metrics = metrics or WatcherMetrics()
         self._connections = connections
         self._feed_factory = feed_factory
+        self._history_factory = history_factory
         self.supervisor: ClusterSupervisor | None = None
         self.claims: ClaimLoop | None = None
         self.health_server: HealthServer | None = None
+        self.tasks: ServiceTasks | None = None
         self.ready = asyncio.Event()
 
     def _lease_proven(self, cluster_id: str, epoch: int) -> bool:
@@ -81,7 +88,9 @@ class WatcherApp:
         s = self.settings
         if s.registry_url is None and s.kubeconfig_dir is not None:
             return FolderClusterFeed(KubeconfigFolder(s.kubeconfig_dir))
-        return NatsClusterFeed(nc, resync_interval=s.safety_resync_interval)
+        return NatsClusterFeed(
+            nc, resync_interval=s.safety_resync_interval, read_failures=self.metrics.cluster_set_read_failures
+        )
 
     async def run(self, stop: asyncio.Event) -> None:
         s = self.settings
@@ -91,6 +100,7 @@ class WatcherApp:
             name=f"trainwatch-watcher {self.instance_id}",
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
+            **s.nats_auth(),
         )
         # A blocking pool: thousands of informers share a bounded number of connections and
         # wait for one instead of failing with "Too many connections".
@@ -109,6 +119,7 @@ class WatcherApp:
                 owner=self.instance_id,
                 fence=self._lease_proven,
                 epoch_key=self._epoch_key,
+                history=self._history_factory(nc),
             )
 
             def make_worker(spec: ClusterSpec, epoch: int) -> ClusterWorker:
@@ -149,6 +160,8 @@ class WatcherApp:
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
             self.claims = claims
+            if isinstance(connections, RegistryConnections) and connections.lease_proof is None:
+                connections.lease_proof = claims.connection_proof  # the registry asks for it
 
             async def apply(desired: dict[str, ClusterSpec]) -> None:
                 """A new desired set: the owner forgets removed clusters, applies changed options or
@@ -171,18 +184,17 @@ class WatcherApp:
                     nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
                 )
 
-            app = Starlette(routes=health_routes({"ready": ready_check}, registry=self.metrics.registry))
-            self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
+            tasks = self.tasks = ServiceTasks()
+            app = Starlette(
+                routes=health_routes({"ready": ready_check}, registry=self.metrics.registry, tasks=tasks)
+            )
+            health_server = self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [
-                        group.create_task(self.health_server.serve(), name="watcher health server"),
-                        group.create_task(feed.run(apply), name="watcher cluster feed"),
-                        group.create_task(claims.run(), name="watcher claims"),
-                    ]
+                async with tasks:  # stopped newest first: claims, feed, health server
+                    tasks.start("watcher-health-server", health_server.serve)
+                    tasks.start("watcher-cluster-feed", lambda: feed.run(apply))
+                    tasks.start("watcher-claims", claims.run)
                     await stop.wait()
-                    for task in tasks:
-                        task.cancel()
             finally:
                 # SIGTERM: drain and stop every cluster (checkpoints written, within the claims'
                 # stop budget), then release the leases at once, so the other replicas take over

@@ -56,7 +56,7 @@ from pydantic import Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from trainwatch_common.leases import Lease, LeaseManager
+from trainwatch_common.leases import Lease, LeaseManager, new_holder
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_watcher import sharding
 from trainwatch_watcher.membership import Membership
@@ -175,6 +175,12 @@ class ClaimLoop:
         if held is None or (epoch is not None and held.lease.epoch != epoch):
             return False
         return self._clock() < held.proven_at + self.proven_for
+
+    def connection_proof(self, cluster_id: str) -> str | None:
+        """The value of my lease on ``cluster_id`` (it holds a secret nonce), which the registry
+        asks for before it hands out the cluster's kubeconfig; None if I do not hold it."""
+        held = self._held.get(cluster_id)
+        return held.lease.value if held is not None else None
 
     @property
     def redis_ok(self) -> bool:
@@ -323,7 +329,8 @@ class ClaimLoop:
                 await self._renew_due()
                 renew_check_at = self._clock() + self.tick_interval
             sent = self._clock()
-            lease = await self._call(partial(self.leases.acquire, cluster_id, self.replica_id))
+            holder = new_holder(self.replica_id)  # a nonce per acquisition: see connection_proof
+            lease = await self._call(partial(self.leases.acquire, cluster_id, holder))
             if lease is None:
                 continue  # someone was quicker
             self._held[cluster_id] = _Held(lease, proven_at=sent)

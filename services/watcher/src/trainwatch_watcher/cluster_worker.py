@@ -22,9 +22,12 @@ from trainwatch_common.events.clusters import ClusterHealth, ClusterSpec, WatchO
 from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors
 from trainwatch_watcher.connections import ConnectionSource
+from trainwatch_watcher.crd_feed import follow_crds
 from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.health import HealthPublisher
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.kind_health import kinds_health
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.kube.watching import Backoff
 from trainwatch_watcher.metrics import WatcherMetrics
@@ -55,6 +58,9 @@ class WorkerDeps:
     # cluster_id -> the Redis key of its fencing epoch: checkpoints are written only while that
     # epoch is still the worker's (``StateStore.fenced``). None: unfenced (no leases, tests).
     epoch_key: Callable[[str], str] | None = None
+    # The JOBS stream, which every informer's checkpoint is set right by at start. None: trust
+    # the checkpoint alone (benchmarks of the hot path).
+    history: StreamHistory | None = None
 
 
 def informer_specs(
@@ -121,6 +127,10 @@ class ClusterWorker:
         self.last_error: str | None = None
         self._last_reported: tuple[object, ...] | None = None
         self._last_report_time = 0.0
+        # Whether CRD events reach us (crd_feed); without them, kinds that went away (kind key ->
+        # when) are looked for every kind_return_poll seconds.
+        self._crd_feed_live = False
+        self._kinds_gone: dict[str, float] = {}
 
     # -- called by the supervisor -------------------------------------------------------------
     def update(self, spec: ClusterSpec) -> None:
@@ -173,10 +183,12 @@ class ClusterWorker:
             lambda key, spec: self._run_informer(client, key, spec),
             lambda key: f"informer {self.spec.id}/{key[0]}/{key[1]}",
         )
+        crd_feed = asyncio.create_task(self._follow_crds(client), name=f"crd feed {self.spec.id}")
         try:
             served = await served_kinds(client)
             while True:
                 self.reachable = True
+                self._note_kinds_gone(served)
                 self.kinds_served = sorted(served)
                 if not served:
                     self.last_error = "the cluster serves none of the job kinds"
@@ -191,16 +203,45 @@ class ClusterWorker:
                 await self.report_health()
                 served = await self._wait_and_rediscover(client, served, backoff)
         finally:
+            crd_feed.cancel()
+            await asyncio.gather(crd_feed, return_exceptions=True)
             await tasks.stop_all()
             self.informers.clear()
             await client.close()
+
+    async def _follow_crds(self, client: KubeClient) -> None:
+        self._crd_feed_live = True
+        try:
+            why = await follow_crds(client, self._settings, self.request_rediscovery)
+        finally:
+            self._crd_feed_live = False
+        log.info(
+            "CRDs cannot be watched; rediscovering after a 404 instead",
+            extra={"cluster": self.spec.id, "why": why},
+        )
+
+    def _note_kinds_gone(self, served: dict[str, JobKind]) -> None:
+        now = time.monotonic()
+        for key in self.kinds_served:
+            if key not in served:
+                self._kinds_gone.setdefault(key, now)
+        for key in list(self._kinds_gone):
+            if key in served or now - self._kinds_gone[key] > self._settings.kind_return_window:
+                del self._kinds_gone[key]
+
+    def _rediscovery_delay(self) -> float:
+        """A kind that went away may come back any moment: look often unless CRD events tell us."""
+        if self._kinds_gone and not self._crd_feed_live:
+            return min(self._settings.kind_return_poll, self._settings.rediscovery_interval)
+        return self._settings.rediscovery_interval
 
     async def _wait_and_rediscover(
         self, client: KubeClient, served: dict[str, JobKind], backoff: Backoff
     ) -> dict[str, JobKind]:
         """Sleep until rediscovery is due (or someone wakes us), keeping health fresh meanwhile."""
-        deadline = time.monotonic() + self._settings.rediscovery_interval
-        tick = min(5.0, self._settings.health_interval, self._settings.rediscovery_interval)
+        delay = self._rediscovery_delay()
+        deadline = time.monotonic() + delay
+        tick = min(5.0, self._settings.health_interval, delay)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -243,6 +284,7 @@ class ClusterWorker:
                 max_in_flight=self._settings.publish_max_in_flight,
                 on_kind_gone=self.request_rediscovery,
                 fence=self._deps.fence,
+                history=self._deps.history,
             )
             self.informers[key] = informer
             started = time.monotonic()
@@ -285,6 +327,7 @@ class ClusterWorker:
             owner=self._deps.owner,
             epoch=self.epoch,
             observed_at=datetime.now(UTC),
+            kinds=kinds_health(self.kinds_served, ((k[0], i.status) for k, i in self.informers.items())),
         )
 
     async def report_health(self, *, force: bool = False) -> None:
@@ -292,7 +335,13 @@ class ClusterWorker:
         lag = health.watch_lag_seconds
         if lag is not None:
             self._deps.metrics.watch_lag.labels(self.spec.id).set(lag)
-        key = (health.reachable, tuple(health.kinds_served), health.informers_running, health.last_error)
+        key = (
+            health.reachable,
+            tuple(health.kinds_served),
+            health.informers_running,
+            health.last_error,
+            tuple((k, h.state, h.recovered_at) for k, h in health.kinds.items()),
+        )
         now = time.monotonic()
         if (
             force

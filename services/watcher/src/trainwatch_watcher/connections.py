@@ -10,6 +10,7 @@ Secrets are never logged: ``ClusterConnection``'s repr shows only the fingerprin
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from pydantic import SecretStr, ValidationError
 
 from trainwatch_common.events.clusters import ClusterConnection
 from trainwatch_common.events.ids import fingerprint
+from trainwatch_common.leases import LEASE_PROOF_HEADER
 from trainwatch_watcher import errors
 
 KUBECONFIG_SUFFIXES = (".yaml", ".yml", ".kubeconfig", ".json")
@@ -30,11 +32,22 @@ class ConnectionSource(Protocol):
 
 
 class RegistryConnections:
-    def __init__(self, base_url: str, token: SecretStr | None, *, timeout: float = 10.0) -> None:
+    """The registry gives a watcher a cluster's kubeconfig only while it holds the cluster's lease:
+    ``lease_proof(cluster_id)`` (the claim loop's ``connection_proof``) supplies the proof."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: SecretStr | None,
+        *,
+        timeout: float = 10.0,
+        lease_proof: Callable[[str], str | None] | None = None,
+    ) -> None:
         self._base_url = base_url.rstrip("/")
         self._token = token
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self.lease_proof = lease_proof
 
     async def fetch(self, cluster_id: str) -> ClusterConnection:
         if self._session is None:
@@ -42,6 +55,9 @@ class RegistryConnections:
         headers = {"Accept": "application/json"}
         if self._token is not None:
             headers["Authorization"] = f"Bearer {self._token.get_secret_value()}"
+        proof = self.lease_proof(cluster_id) if self.lease_proof is not None else None
+        if proof is not None:
+            headers[LEASE_PROOF_HEADER] = proof  # a secret: never logged
         url = f"{self._base_url}/v1/clusters/{cluster_id}/connection"
         try:
             async with self._session.get(url, headers=headers) as response:

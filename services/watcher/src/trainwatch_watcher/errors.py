@@ -7,11 +7,17 @@
     │   ├── ConnectionUnavailable    the registry (or the kubeconfig folder) has no usable connection
     │   ├── InvalidKubeconfig        the kubeconfig cannot be used (no server, bad PEM...)
     │   ├── Unreachable              TCP/TLS/HTTP transport failure, timeout, 5xx
-    │   │   └── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   ├── WatchStalled         a watch stream said nothing for longer than the read timeout
+    │   │   ├── StorageInitializing  429: the kind's storage is (re)initializing; the expected wait
+    │   │   ├── StreamAbandoned      an open watch that the server no longer backs (probe failed)
+    │   │   └── ServerAddressRefused the server resolves to an address the policy refuses
+    │   ├── ResponseTooLarge         an answer or a watch line over its size bound
     │   ├── Unauthorized             401 or 403: the credentials are refused
     │   ├── KindNotServed            404 on a kind's list or watch: its CRD is gone
     │   └── ApiError                 any other non-2xx answer (carries the status code)
-    └── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+    ├── WatchExpired                 410 Gone: the resourceVersion is too old; relist
+    │   └── ResourceVersionAhead     the server is behind our resourceVersion (etcd restored); relist
+    └── HistoryDiverged              the JOBS stream holds another event under an id we published
 """
 
 from __future__ import annotations
@@ -41,6 +47,26 @@ class WatchStalled(Unreachable):
     """A watch stream was silent for longer than the read timeout (a silent partition)."""
 
 
+class StorageInitializing(Unreachable):
+    """429 (``storage is (re)initializing``, or any Too Many Requests): a real apiserver answers
+    this for a CRD kind's first requests and for every kind after a restart. Waited out, not a
+    failure."""
+
+
+class StreamAbandoned(Unreachable):
+    """An open watch stream was given up: a probe on a new connection showed the server behind it
+    no longer answers (SIGTERMed, partitioned) or that the stream missed events."""
+
+
+class ServerAddressRefused(Unreachable):
+    """The server's address (as written, or as resolved at connect time) is refused by the address
+    policy (loopback, link-local, cloud metadata). Retried like an outage: DNS may change."""
+
+
+class ResponseTooLarge(ClusterError):
+    """An API server's answer, or one line of a watch stream, is larger than its bound."""
+
+
 class Unauthorized(ClusterError):
     """The API server refused the credentials (401) or the permissions (403)."""
 
@@ -65,6 +91,17 @@ class WatchExpired(WatcherError):
     """410 Gone: the resourceVersion or continue token is too old; the informer relists."""
 
 
+class ResourceVersionAhead(WatchExpired):
+    """Our resourceVersion is ahead of the server's (etcd wiped or restored from a backup, a cluster
+    re-created behind the same endpoint). A real apiserver answers such a watch with 200 and then
+    silence, so this is detected by comparing versions; the answer is a relist, as for a 410."""
+
+
 class LeaseNotProven(WatcherError):
     """This replica can no longer prove its lease on the cluster: publishing now could emit beside
     a new owner, so the informer stops before it publishes (the claim loop then stops the cluster)."""
+
+
+class HistoryDiverged(WatcherError):
+    """JetStream already held a different event under the id just published (another owner's
+    late event took it first): the informer starts again from what the stream holds."""

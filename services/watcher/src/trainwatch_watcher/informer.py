@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from nats.js.api import PubAck
 from prometheus_client import Counter
 
 from trainwatch_common.events.clusters import WatchOptions
 from trainwatch_common.events.envelope import job_event_json
 from trainwatch_common.kinds import JobKind
-from trainwatch_watcher import errors, job_events, transitions
+from trainwatch_watcher import errors, job_events, recovery, transitions
+from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
@@ -36,7 +38,7 @@ from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHoo
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
 from trainwatch_watcher.settings import WatchTimings
-from trainwatch_watcher.state import ALL_NAMESPACES, JobRecord, StateStore, StateWrite, trim
+from trainwatch_watcher.state import ALL_NAMESPACES, Checkpoint, JobRecord, StateStore, StateWrite, trim
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,13 @@ class InformerStatus:
         self.last_heard: float | None = None
         self.last_error: str | None = None
         self.synced = False
+        # The class of the last error (Unauthorized, KindNotServed...): the kind's health state.
+        self.error: errors.WatcherError | None = None
+        # 429 "storage is (re)initializing" last answered, and not yet listed since: starting.
+        self.waiting = False
+        # The last time the server was found behind our resourceVersion, and what was seen.
+        self.recovered: str | None = None
+        self.recovered_at: datetime | None = None
 
 
 class Informer(WatchHooks):
@@ -100,9 +109,21 @@ class Informer(WatchHooks):
         max_in_flight: int = 1000,
         on_kind_gone: Any = None,
         fence: Callable[[str, int], bool] | None = None,
+        history: StreamHistory | None = None,
     ) -> None:
         self.spec = spec
         self._fence = fence
+        # The JOBS stream as the record of what was emitted; None only in benchmarks of the
+        # hot path and tests of one stage, which then trust the checkpoint alone.
+        self._history = history
+        # The checkpoint set right by the stream, held while a resume from the checkpoint replays.
+        self._records_for_relist: dict[str, JobRecord] | None = None
+        self._closed_for_relist: dict[str, int] = {}
+        # uid -> sequence of its deletion, of jobs the stream holds as deleted, during a relist
+        # that may bring one back (``recovery.Recovered.closed``); emptied once the list is done.
+        self._closed: dict[str, int] = {}
+        # The server went back in time (etcd restored): read the deletions before the relist.
+        self._read_closed_before_relist = False
         self._client = client
         self._store = store
         self._publisher = publisher
@@ -123,6 +144,11 @@ class Informer(WatchHooks):
     # -- WatchHooks ---------------------------------------------------------------------------
     def on_relist(self, reason: str) -> None:
         self._metrics.relists.labels(self._kind_label, reason).inc()
+        if self._records_for_relist is not None:
+            self._metrics.cache_jobs.inc(len(self._records_for_relist) - len(self._records))
+            self._records = self._records_for_relist
+            self._closed = self._closed_for_relist
+            self._records_for_relist = None
 
     def on_expired(self) -> None:
         self._metrics.expired.labels(self._kind_label).inc()
@@ -130,6 +156,7 @@ class Informer(WatchHooks):
     def on_reconnect(self, error: BaseException) -> None:
         self._metrics.reconnects.labels(self._kind_label, type(error).__name__).inc()
         self.status.last_error = str(error)
+        self.status.error = error if isinstance(error, errors.WatcherError) else None
         if isinstance(error, errors.KindNotServed) and self._on_kind_gone is not None:
             self._on_kind_gone()
 
@@ -137,7 +164,20 @@ class Informer(WatchHooks):
         """Listed, or a watch resumed from the checkpoint: from here on we are current."""
         self.status.last_heard = time.monotonic()
         self.status.last_error = None
+        self.status.error = None
+        self.status.waiting = False
         self.status.synced = True
+
+    def on_resource_version_ahead(self, error: errors.ResourceVersionAhead) -> None:
+        """Reported in health until the next one: an operator should know the cluster's state
+        went back in time (etcd restored) and that we relisted to follow it."""
+        self.status.recovered = str(error)
+        self.status.recovered_at = datetime.now(UTC)
+        self._read_closed_before_relist = True
+
+    def on_waiting(self, error: errors.StorageInitializing) -> None:
+        """The server's storage for this kind is (re)initializing: the expected wait, no error."""
+        self.status.waiting = True
 
     # -- running ------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -146,8 +186,26 @@ class Informer(WatchHooks):
         self._records = {
             uid: record for uid, record in checkpoint.records.items() if self._belongs(record.slot.namespace)
         }
-        self._metrics.cache_jobs.inc(len(self._records))
         resume_from = checkpoint.resource_versions.get(spec.scope)
+        if self._history is not None and not await self._checkpoint_is_current(checkpoint):
+            heads = await self._history.last_events(spec.cluster_id, spec.kind.key, spec.namespace)
+            recovered = recovery.recover(self._records, heads)
+            if recovered.behind:
+                self._metrics.checkpoint_corrections.labels(self._kind_label).inc(recovered.corrected)
+                log.warning(
+                    "checkpoint behind the JOBS stream",
+                    extra={"cluster": spec.cluster_id, "kind": self._kind_label, "jobs": recovered.corrected},
+                )
+                if resume_from is None:
+                    self._records = recovered.records  # a relist follows: diff it against the stream
+                    self._closed = recovered.closed
+                else:
+                    # Resuming replays every change since the checkpoint from the checkpoint's own
+                    # records, so each event the stream already holds comes again, the same, under
+                    # its id. Only if that replay is refused (410) does the relist need the stream.
+                    self._records_for_relist = recovered.records
+                    self._closed_for_relist = recovered.closed
+        self._metrics.cache_jobs.inc(len(self._records))
         watcher = Watcher(
             client=self._client,
             target=WatchTarget(spec.kind, spec.namespace),
@@ -169,6 +227,24 @@ class Informer(WatchHooks):
             self._metrics.informers_running.dec()
             self._metrics.cache_jobs.dec(len(self._records))
 
+    async def _read_closed(self) -> None:
+        """The deletions the stream holds, for a relist of a server that went back in time."""
+        if self._history is None:
+            return
+        spec = self.spec
+        heads = await self._history.last_events(spec.cluster_id, spec.kind.key, spec.namespace)
+        self._closed = recovery.recover(self._records, heads).closed
+
+    async def _checkpoint_is_current(self, checkpoint: Checkpoint) -> bool:
+        """The checkpoint's mark is the stream's last event of this scope: nothing newer to read.
+
+        A stream that holds nothing of the scope (a new cluster) is also nothing to read; a mark
+        without records (the stream purged) reads the stream anyway, which is then empty."""
+        assert self._history is not None
+        spec = self.spec
+        last = await self._history.last_sequence(spec.cluster_id, spec.kind.key, spec.namespace)
+        return last == 0 or checkpoint.stream_marks.get(spec.scope) == last
+
     def _belongs(self, namespace: str) -> bool:
         """Records of this informer's scope (another namespace's informer owns the others)."""
         return self.spec.namespace is None or namespace == self.spec.namespace
@@ -179,6 +255,12 @@ class Informer(WatchHooks):
         task = asyncio.current_task()  # looked up once: it is not cheap in Python 3.11
         async for item in watcher.run_forever():
             reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
+            if not watcher.listing:
+                self._records_for_relist = None  # the resume was accepted: its replay sets us right
+                self._closed_for_relist = {}
+            elif self._read_closed_before_relist:
+                self._read_closed_before_relist = False
+                await self._read_closed()
             if isinstance(item, Progress):
                 self.status.last_heard = time.monotonic()
                 await self._queue.put(
@@ -256,7 +338,8 @@ class Informer(WatchHooks):
         related = await self._companion(namespace, name, _resource_version(obj["metadata"]))
         status = normalize_object(self.spec.kind, obj, record.last if record else None, related=related)
         previous = record.slot if record else None
-        emission = transitions.observe(previous, status, namespace=namespace, name=name)
+        closed_at = self._closed.get(uid) if previous is None and self._closed else None
+        emission = transitions.observe(previous, status, namespace=namespace, name=name, closed_at=closed_at)
         trimmed = trim(status)
         if emission is not None:
             new = JobRecord(slot=emission.slot, last=trimmed, inputs=inputs)
@@ -347,6 +430,7 @@ class Informer(WatchHooks):
 
     async def _on_synced(self, synced: Synced) -> None:
         """After a (re)list: whatever we remember that the list did not contain is gone."""
+        self._closed = {}  # only a relist can bring a deleted job back
         gone = [uid for uid in self._records if uid not in synced.uids]
         for uid in gone:
             record = self._records.pop(uid)
@@ -399,22 +483,55 @@ class Informer(WatchHooks):
             reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
             batch = [await self._queue.get()]
             write = StateWrite()
+            stream_mark = 0
             done = 0
             # Confirm in order; whatever was queued while we waited for acknowledgements joins
             # this batch, so under load one Redis write covers many events.
             while done < len(batch):
                 commit = batch[done]
                 if commit.pending is not None:
-                    await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                    ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                    if ack.duplicate and commit.emission is not None:
+                        await self._check_duplicate(ack, commit.pending.msg_id, commit.emission)
+                    stream_mark = max(stream_mark, ack.seq or 0)
                     if commit.emission is not None:
                         emitted.child(commit.emission.change).inc()
                 write.merge(commit.write)
                 done += 1
                 while not self._queue.empty() and len(batch) < 1000:
                     batch.append(self._queue.get_nowait())
+            if stream_mark:
+                write.stream_marks[self.spec.scope] = stream_mark
             await self._store_with_retry(write)
             for _ in batch:
                 self._queue.task_done()
+
+    async def _check_duplicate(self, ack: PubAck, msg_id: str, emission: transitions.Emission) -> None:
+        """JetStream already held this id. A resend of the same event (its first send was stored,
+        the acknowledgement lost) is what de-duplication is for; a different event under the id
+        (a fenced-out owner's late publish got there first) means ours was dropped, and carrying
+        on would lose it. Then start again from what the stream holds: it relists and emits the
+        job's current state under the next sequence."""
+        if self._history is None:
+            return
+        stored = await self._history.stored_event(ack.seq)
+        if stored is None:
+            return  # aged out of the stream: there is nothing left to disagree with
+        same = (
+            stored.event_id == msg_id
+            and stored.change == emission.change
+            and stored.head.record is not None
+            and stored.head.record.slot.key == emission.slot.key
+        ) or (stored.event_id == msg_id and stored.change == "deleted" == emission.change)
+        if same:
+            return
+        self._metrics.event_id_conflicts.labels(self._kind_label).inc()
+        # A replay from this checkpoint would run into the same id again: the next start relists,
+        # against the jobs as the stream holds them. (Unfenced: at worst it costs an owner a relist.)
+        await self._store.forget_scope(self.spec.cluster_id, self.spec.kind.key, (), self.spec.scope)
+        raise errors.HistoryDiverged(
+            f"{msg_id}: the stream holds a different event under this id (stream sequence {ack.seq})"
+        )
 
     async def _store_with_retry(self, write: StateWrite) -> None:
         delay = 0.05

@@ -25,6 +25,18 @@ class WatcherMetrics:
             registry=r,
         )
         self.relists = Counter("trainwatch_relists", "Full relists", ["kind", "reason"], registry=r)
+        self.checkpoint_corrections = Counter(
+            "trainwatch_checkpoint_corrections",
+            "Jobs whose Redis checkpoint was behind the JOBS stream (lost or stale) at informer start",
+            ["kind"],
+            registry=r,
+        )
+        self.event_id_conflicts = Counter(
+            "trainwatch_event_id_conflicts",
+            "Publishes whose id the stream already held for a different event (informer restarted)",
+            ["kind"],
+            registry=r,
+        )
         self.expired = Counter("trainwatch_watch_expired", "410 Gone answers", ["kind"], registry=r)
         self.reconnects = Counter(
             "trainwatch_watch_reconnects", "Watch reconnects after an error", ["kind", "error"], registry=r
@@ -50,3 +62,8 @@ class WatcherMetrics:
             registry=r,
         )
         self.cache_jobs = Gauge("trainwatch_cached_jobs", "Jobs held in informer caches", registry=r)
+        self.cluster_set_read_failures = Counter(
+            "trainwatch_cluster_set_read_failures",
+            "Reads of the registry's desired cluster set that failed and were retried",
+            registry=r,
+        )

@@ -2,9 +2,12 @@
 
 One hash per (cluster, kind): ``trainwatch:watcher:v1:{cluster}:{kind}``, with fields
 ``u:<uid>`` (the slot plus the few fields of the last computed status that the normalizers
-need back, as JSON) and ``rv:<scope>`` (the resourceVersion every earlier event was handled up
-to; scope is a namespace, or ``*`` for a cluster-wide watch). The informer writes only after
-JetStream acknowledged what it published, so the checkpoint never runs ahead of the stream.
+need back, as JSON), ``rv:<scope>`` (the resourceVersion every earlier event was handled up
+to; scope is a namespace, or ``*`` for a cluster-wide watch) and ``js:<scope>`` (the JOBS stream
+sequence of the last acknowledged publish: when it is still the stream's last message of the
+scope, the checkpoint holds everything the stream does, and an informer start skips reading it).
+The informer writes only after JetStream acknowledged what it published, so the checkpoint never
+runs ahead of the stream.
 
 **Fenced writes.** A store bound to a lease (``fenced(epoch_key, epoch)``) writes only while the
 cluster's fencing epoch in Redis is still the writer's: one Lua script compares and writes, in
@@ -76,6 +79,7 @@ class JobRecord:
 class Checkpoint:
     records: dict[str, JobRecord] = field(default_factory=dict)
     resource_versions: dict[str, str] = field(default_factory=dict)
+    stream_marks: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -85,9 +89,10 @@ class StateWrite:
     put: dict[str, JobRecord] = field(default_factory=dict)
     delete: set[str] = field(default_factory=set)
     resource_versions: dict[str, str] = field(default_factory=dict)
+    stream_marks: dict[str, int] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.put or self.delete or self.resource_versions)
+        return bool(self.put or self.delete or self.resource_versions or self.stream_marks)
 
     def merge(self, other: StateWrite) -> None:
         for uid in other.delete:
@@ -97,6 +102,8 @@ class StateWrite:
         self.put.update(other.put)
         self.delete |= other.delete
         self.resource_versions.update(other.resource_versions)
+        for scope, mark in other.stream_marks.items():
+            self.stream_marks[scope] = max(mark, self.stream_marks.get(scope, 0))
 
 
 def trim(status: NormalizedStatus) -> NormalizedStatus:
@@ -193,6 +200,8 @@ class StateStore:
                 checkpoint.records[field_name[2:]] = decode_record(value)
             elif field_name.startswith("rv:"):
                 checkpoint.resource_versions[field_name[3:]] = value.decode()
+            elif field_name.startswith("js:"):
+                checkpoint.stream_marks[field_name[3:]] = int(value)
         return checkpoint
 
     async def apply(self, cluster_id: str, kind_key: str, write: StateWrite) -> None:
@@ -201,6 +210,7 @@ class StateStore:
         key = state_key(cluster_id, kind_key)
         mapping: dict[str, bytes] = {f"u:{uid}": encode_record(record) for uid, record in write.put.items()}
         mapping.update({f"rv:{scope}": rv.encode() for scope, rv in write.resource_versions.items()})
+        mapping.update({f"js:{scope}": str(mark).encode() for scope, mark in write.stream_marks.items()})
         if self._fence is not None:
             await self._apply_fenced(cluster_id, key, mapping, write.delete)
             return
@@ -230,7 +240,7 @@ class StateStore:
         async with self._redis.pipeline(transaction=True) as pipe:
             if fields:
                 pipe.hdel(key, *fields)
-            pipe.hdel(key, f"rv:{scope}")
+            pipe.hdel(key, f"rv:{scope}", f"js:{scope}")
             await pipe.execute()
 
     async def delete_cluster(self, cluster_id: str) -> int:

@@ -4,15 +4,20 @@
 Unwanted or changed tasks are stopped *first*, then missing ones started; a key leaves the map
 before its task is awaited, so no check-then-act race can stop a task twice. A task that ends
 on its own (a crash) is logged and dropped, so the next ``reconcile`` starts it again.
+
+The keyed, dynamic counterpart of ``trainwatch_common.tasks.ServiceTasks`` (a service's fixed
+set of loops), built on the same two halves: ``report_exit`` logs a crash the same way, and
+``cancel_and_wait`` stops a task the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Generic, TypeVar
+
+from trainwatch_common.tasks import cancel_and_wait, report_exit
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +64,17 @@ class TaskMap(Generic[K, S]):
         del self._tasks[key]
         self._specs.pop(key, None)
         if task.cancelled():
-            return
-        error = task.exception()
-        if error is not None:
-            log.error(
-                "task crashed; it restarts on the next reconcile",
-                extra={"task": task.get_name()},
-                exc_info=error,
-            )
+            error: BaseException | None = asyncio.CancelledError("cancelled by someone other than its owner")
         else:
-            log.warning("task ended on its own", extra={"task": task.get_name()})
+            error = task.exception()
+        report_exit(task.get_name(), error, consequence="it restarts on the next reconcile")
 
     async def stop(self, key: K) -> None:
         task = self._tasks.pop(key, None)  # remove before awaiting: no double stop
         self._specs.pop(key, None)
         if task is None:
             return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_and_wait(task, timeout=None)  # a key's task never outlives its stop
 
     async def stop_all(self) -> None:
         keys = list(self._tasks)
@@ -85,7 +82,6 @@ class TaskMap(Generic[K, S]):
         for key in keys:
             self._specs.pop(key, None)
         for task in tasks:
-            task.cancel()
+            task.cancel()  # all at once: they stop concurrently
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task, timeout=None)

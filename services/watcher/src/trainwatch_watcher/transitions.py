@@ -45,11 +45,23 @@ class Emission:
     slot: Slot  # the slot once this emission is acknowledged
 
 
-def observe(previous: Slot | None, status: NormalizedStatus, *, namespace: str, name: str) -> Emission | None:
-    """A live object was seen with ``status``."""
+def observe(
+    previous: Slot | None,
+    status: NormalizedStatus,
+    *,
+    namespace: str,
+    name: str,
+    closed_at: int | None = None,
+) -> Emission | None:
+    """A live object was seen with ``status``.
+
+    ``closed_at``: the sequence of this uid's deletion, when an object already reported deleted
+    is back (an etcd restored from a backup): it is created again after its deletion.
+    """
     if previous is None:
-        slot = _slot(namespace, name, 0, status)
-        return Emission("created", 0, None, status, slot)
+        sequence = 0 if closed_at is None else closed_at + 1
+        slot = _slot(namespace, name, sequence, status)
+        return Emission("created", sequence, None, status, slot)
     if previous.key == status_key(status):
         return None
     sequence = previous.sequence + 1

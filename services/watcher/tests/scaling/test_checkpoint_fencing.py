@@ -85,14 +85,14 @@ async def alpha(sim: kubesim.Simulator) -> kubesim.Cluster:
 
 @pytest.fixture
 async def client(alpha: kubesim.Cluster) -> AsyncIterator[KubeClient]:
-    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60)
+    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60, allow_loopback_servers=True)
     kube = KubeClient(load_kubeconfig(alpha.kubeconfig_yaml()), timings=settings)
     yield kube
     await kube.close()
 
 
 def make_informer(client: KubeClient, nc: NatsClient, store: StateStore, *, epoch: int) -> Informer:
-    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60)
+    settings = WatcherSettings(read_timeout=30.0, watch_timeout_seconds=60, allow_loopback_servers=True)
     metrics = WatcherMetrics()
     return Informer(
         InformerSpec("alpha", PYTORCH_JOB, None, WatchOptions(), epoch, "replica-a"),

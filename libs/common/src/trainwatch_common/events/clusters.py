@@ -92,6 +92,29 @@ class ClusterEvent(BaseModel):
     occurred_at: datetime
 
 
+KindState = Literal["watching", "starting", "forbidden", "not_installed", "failing"]
+
+
+class KindHealth(BaseModel):
+    """How one job kind of a cluster is being watched."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    state: KindState = Field(
+        description=(
+            "watching: listed and watching; starting: not listed yet (or the server's storage is "
+            "initializing); forbidden: the credentials get 403 on it; not_installed: the cluster "
+            "does not serve it; failing: another error, retried"
+        )
+    )
+    error: str | None = None
+    recovered: str | None = Field(
+        None,
+        description="The last time the server was found behind our resourceVersion (etcd restored?)",
+    )
+    recovered_at: datetime | None = None
+
+
 class ClusterHealth(BaseModel):
     """clusters.v1.health.<cluster_id>, reported by the watcher replica that owns the cluster."""
 
@@ -106,6 +129,10 @@ class ClusterHealth(BaseModel):
     owner: str | None = Field(None, description="The watcher replica that holds the cluster's lease")
     epoch: int = 0
     observed_at: datetime
+    kinds: dict[str, KindHealth] = Field(
+        default_factory=dict,
+        description="Per kind key of the catalog: how it is watched (added in v1, optional)",
+    )
 
 
 class ClusterConnection(BaseModel):

@@ -69,7 +69,13 @@ class JobStatusEvent(BaseModel):
 
     event_id: str = Field(description="Deterministic: job_event_id(cluster_id, uid, sequence)")
     change: JobChange
-    sequence: int = Field(ge=0, description="Per-uid transition counter: 0 for created, +1 per event")
+    sequence: int = Field(
+        ge=0,
+        description=(
+            "Per-uid event counter: 0 for created, +1 per event (a job that an etcd restore "
+            "brought back after its deletion is created again at the next one)"
+        ),
+    )
     epoch: int = Field(ge=0, description="Fencing token of the emitting watcher's lease on the cluster")
     watcher_id: str | None = None
 

@@ -18,15 +18,21 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from trainwatch_common.tasks import ServiceTasks
+
 log = logging.getLogger(__name__)
 
 ReadinessCheck = Callable[[], Awaitable[bool] | bool]
 
 
 def health_routes(
-    checks: Mapping[str, ReadinessCheck] | None = None, registry: CollectorRegistry = REGISTRY
+    checks: Mapping[str, ReadinessCheck] | None = None,
+    registry: CollectorRegistry = REGISTRY,
+    *,
+    tasks: ServiceTasks | None = None,
 ) -> list[Route]:
-    """Liveness is "the process answers"; readiness runs every named check."""
+    """Liveness is "the process answers"; readiness runs every named check and, given the
+    service's ``tasks``, requires each of them running (the answer names every task's state)."""
     checks = dict(checks or {})
 
     async def healthz(_: Request) -> Response:
@@ -42,7 +48,11 @@ def health_routes(
                 log.debug("readiness check failed", extra={"check": name, "error": repr(exc)})
                 results[name] = False
         ready = all(results.values())
-        return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+        body: dict[str, object] = {"ready": ready, "checks": results}
+        if tasks is not None:
+            ready = ready and tasks.ready
+            body.update(ready=ready, tasks=tasks.states())
+        return JSONResponse(body, status_code=200 if ready else 503)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
@@ -70,11 +80,16 @@ class HealthServer:
     """Runs a health app under uvicorn until cancelled; ``port`` is known once started."""
 
     def __init__(self, app: Starlette, *, host: str, port: int) -> None:
-        config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False, lifespan="off")
-        self._server = EmbeddedServer(config)
+        self._config = uvicorn.Config(
+            app, host=host, port=port, log_config=None, access_log=False, lifespan="off"
+        )
+        self._server = EmbeddedServer(self._config)
         self.port: int | None = None
 
     async def serve(self, started: asyncio.Event | None = None) -> None:
+        # A fresh server each time: a uvicorn server that has exited does not serve again, and
+        # ServiceTasks restarts a crashed health server by calling this again.
+        self._server = EmbeddedServer(self._config)
         serve_task = asyncio.create_task(self._server.serve(), name="health-server")
         try:
             while not self._server.started:

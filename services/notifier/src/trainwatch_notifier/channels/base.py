@@ -32,9 +32,20 @@ class SendError(Exception):
 
 
 class RetryableSendError(SendError):
-    def __init__(self, reason: str, detail: str = "", *, retry_after: float | None = None) -> None:
+    """``maybe_delivered``: the request may have reached the bot (no answer came back), as
+    opposed to one the bot answered with a refusal or one that never left (connect errors)."""
+
+    def __init__(
+        self,
+        reason: str,
+        detail: str = "",
+        *,
+        retry_after: float | None = None,
+        maybe_delivered: bool = False,
+    ) -> None:
         super().__init__(reason, detail)
         self.retry_after = retry_after
+        self.maybe_delivered = maybe_delivered
 
 
 class PermanentSendError(SendError):
@@ -90,8 +101,10 @@ async def post_bytes(
     PermanentSendError; returns 2xx/3xx responses for the channel to read its own codes."""
     try:
         response = await client.post(url, content=content, headers=headers, timeout=timeout_seconds)
-    except httpx.TransportError as exc:  # connect/read errors and timeouts: the bot may be back soon
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # never left
         raise RetryableSendError("transport", type(exc).__name__) from None
+    except httpx.TransportError as exc:  # read/write errors and timeouts: the bot may have it
+        raise RetryableSendError("transport", type(exc).__name__, maybe_delivered=True) from None
     if response.status_code == 429:
         raise RetryableSendError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
     if response.status_code >= 500:

@@ -18,7 +18,7 @@ from trainwatch_notifier.channels.base import (
     post_bytes,
 )
 from trainwatch_notifier.render import text
-from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit_digest, fit_job
 
 MAX_BODY_BYTES = 20_000
 SEND_TOO_FAST = 130101
@@ -46,19 +46,23 @@ class DingTalkChannel(HttpChannel):
         return {"msgtype": "markdown", "markdown": {"title": title, "text": markdown}, "at": at}
 
     def render(self, facts: JobFacts) -> Body:
+        fitted = fit_job(lambda trimmed: len(orjson.dumps(self._job_body(trimmed))), facts, MAX_BODY_BYTES)
+        return self._job_body(fitted)
+
+    def _job_body(self, facts: JobFacts) -> Body:
         at, mention = _at([facts.mention] if facts.mention else [])
         title = f"{facts.icon} {facts.title()}"
-
-        def body(message: str) -> Body:
-            markdown = f"#### {title}\n\n" + text.markdown(facts, message, mention=mention).replace(
-                "\n", "\n\n"
-            )
-            return self._body(title, markdown, text.plain(facts, message, mention=mention), at)
-
-        message = fit(lambda m: len(orjson.dumps(body(m))), facts.event.message or "", MAX_BODY_BYTES)
-        return body(message)
+        message = facts.event.message or ""
+        markdown = f"#### {title}\n\n" + text.markdown(facts, message, mention=mention).replace("\n", "\n\n")
+        return self._body(title, markdown, text.plain(facts, message, mention=mention), at)
 
     def render_digest(self, digest: DigestFacts) -> Body:
+        fitted = fit_digest(
+            lambda trimmed: len(orjson.dumps(self._digest_body(trimmed))), digest, MAX_BODY_BYTES
+        )
+        return self._digest_body(fitted)
+
+    def _digest_body(self, digest: DigestFacts) -> Body:
         at, mentions = _at(digest.mentions())
         markdown = f"#### {digest.title()}\n\n" + text.digest_markdown(digest, mentions=mentions).replace(
             "\n", "\n\n"

@@ -13,7 +13,7 @@ from trainwatch_notifier.channels.base import (
     post_bytes,
 )
 from trainwatch_notifier.render import text
-from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit_digest, fit_job
 
 MARKDOWN_MAX_BYTES = 4096
 TEXT_MAX_BYTES = 2048
@@ -35,32 +35,37 @@ class WeComChannel(HttpChannel):
             }
         return {"msgtype": "markdown", "markdown": {"content": markdown}}
 
+    def _limit(self) -> int:
+        return TEXT_MAX_BYTES if self.config.body_format == "text" else MARKDOWN_MAX_BYTES
+
+    def _content_size(self, body: Body) -> int:
+        """The limits are on the content's UTF-8 bytes (the mention lists of a text are apart)."""
+        return _size(body[body["msgtype"]]["content"])
+
     def render(self, facts: JobFacts) -> Body:
+        fitted = fit_job(lambda trimmed: self._content_size(self._job_body(trimmed)), facts, self._limit())
+        return self._job_body(fitted)
+
+    def _job_body(self, facts: JobFacts) -> Body:
         mentions = [facts.mention] if facts.mention else []
         markdown_mention = " ".join(f"<@{m.user_id}>" if m.user_id else f"@{m.name}" for m in mentions)
-        title = f"**{facts.icon} {facts.title()}**"
-
-        def markdown(message: str) -> str:
-            return f"{title}\n" + text.markdown(facts, message, mention=markdown_mention)
-
-        def plain(message: str) -> str:
-            return text.plain(facts, message)
-
-        if self.config.body_format == "text":
-            message = fit(lambda m: _size(plain(m)), facts.event.message or "", TEXT_MAX_BYTES)
-        else:
-            message = fit(lambda m: _size(markdown(m)), facts.event.message or "", MARKDOWN_MAX_BYTES)
-        return self._body(markdown(message), plain(message), mentions)
+        message = facts.event.message or ""
+        markdown = f"**{facts.icon} {facts.title()}**\n" + text.markdown(
+            facts, message, mention=markdown_mention
+        )
+        return self._body(markdown, text.plain(facts, message), mentions)
 
     def render_digest(self, digest: DigestFacts) -> Body:
+        fitted = fit_digest(
+            lambda trimmed: self._content_size(self._digest_body(trimmed)), digest, self._limit()
+        )
+        return self._digest_body(fitted)
+
+    def _digest_body(self, digest: DigestFacts) -> Body:
         mentions = digest.mentions()
         markdown_mention = " ".join(f"<@{m.user_id}>" for m in mentions if m.user_id)
         markdown = f"**{digest.title()}**\n" + text.digest_markdown(digest, mentions=markdown_mention)
-        plain = text.digest_plain(digest)
-        limit = TEXT_MAX_BYTES if self.config.body_format == "text" else MARKDOWN_MAX_BYTES
-        if _size(plain if self.config.body_format == "text" else markdown) > limit:
-            raise ValueError("digest too long for WeCom; lower digest.max_listed")
-        return self._body(markdown, plain, mentions)
+        return self._body(markdown, text.digest_plain(digest), mentions)
 
     async def post(self, body: Body) -> None:
         response = await post_bytes(

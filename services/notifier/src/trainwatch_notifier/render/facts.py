@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
+from typing import Literal
 
 from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_notifier.ruleset import Language
@@ -41,6 +42,7 @@ LABELS: dict[Language, dict[str, str]] = {
         "title": "{kind} {namespace}/{name} {phase}",
         "digest_title": "{count} job updates in {seconds}s",
         "digest_more": "…and {count} more",
+        "digest_more_clusters": "…and {count} more clusters",
         "active": "active",
         "succeeded": "succeeded",
         "failed": "failed",
@@ -62,6 +64,7 @@ LABELS: dict[Language, dict[str, str]] = {
         "title": "训练任务{phase}: {kind} {namespace}/{name}",
         "digest_title": "{seconds} 秒内 {count} 个任务状态变化",
         "digest_more": "……另有 {count} 个",
+        "digest_more_clusters": "……另有 {count} 个集群",
         "active": "运行",
         "succeeded": "成功",
         "failed": "失败",
@@ -90,13 +93,42 @@ PHASE_ICONS: dict[str, str] = {
 }
 
 
+# Full-width look-alikes of the characters that open a link ([x](url)), a tag (<at …>, <@U1>,
+# <!channel>, <font>) or a mention (@all) in the chat markups; they read the same and do nothing.
+_INERT = {"[": "\uff3b", "]": "\uff3d", "<": "\uff1c", ">": "\uff1e", "@": "\uff20"}
+
+
+def neutralise(value: str, *, chars: str = "[]<>@") -> str:
+    """Text from a cluster made inert in a chat markup that documents no escape (DingTalk, WeCom):
+    each of ``chars`` becomes its full-width look-alike, and "://" gets a zero-width space so no
+    renderer turns a bare URL into a link. Only Trainwatch decides who is mentioned and what links."""
+    for char in chars:
+        value = value.replace(char, _INERT[char])
+    return value.replace("://", ":\u200b//")
+
+
 @dataclass(frozen=True, slots=True)
 class Mention:
-    """Who to @: a display name and the channel-specific id (None: show the name only)."""
+    """Who to @: a display name and the channel-specific id (None: show the name only).
+
+    The name may come from a job's owner annotation (cluster data), and every channel writes it
+    into its markup, so it is made inert here, once, for all of them. The ids come from the rules.
+    """
 
     name: str
     user_id: str | None
     mobile: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", neutralise(self.name))  # frozen: set once, at creation
+
+
+# Free text a job's message can be trimmed in, in the order it is given up. Kubernetes bounds the
+# rest (a namespace is at most 63 characters, a name 253).
+TrimmableField = Literal["message", "reason", "owner", "cluster"]
+TRIMMED_IN_ORDER: tuple[TrimmableField, ...] = ("message", "reason", "owner", "cluster")
+REASON_MAX_CHARS = 256  # a condition's reason is a CamelCase word; longer, it must not crowd out the message
+DIGEST_REASON_MAX_CHARS = 100  # a digest gives each job one line
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +141,23 @@ class JobFacts:
 
     def label(self, key: str) -> str:
         return LABELS[self.language][key]
+
+    def text(self, field: TrimmableField) -> str:
+        if field == "message":
+            return self.event.message or ""
+        if field == "reason":
+            return self.event.reason or ""
+        if field == "owner":
+            return self.mention.name if self.mention else ""
+        return self.cluster_name
+
+    def with_text(self, field: TrimmableField, value: str) -> JobFacts:
+        """The same facts with one free-text field replaced (trimmed to fit a channel)."""
+        if field in ("message", "reason"):
+            return replace(self, event=self.event.model_copy(update={field: value}))
+        if field == "owner":
+            return replace(self, mention=replace(self.mention, name=value)) if self.mention else self
+        return replace(self, cluster_name=value)
 
     @property
     def phase_name(self) -> str:
@@ -174,15 +223,25 @@ class JobFacts:
         return [(self.label(key), value) for key, value in rows if value]
 
 
+DigestKnob = Literal["max_listed", "max_clusters", "max_mentions"]
+
+
 @dataclass(frozen=True, slots=True)
 class DigestFacts:
-    """A burst: many events for one channel collected over ``seconds``."""
+    """A burst: many events for one channel collected over ``seconds``.
+
+    ``max_listed`` jobs are listed one by one and the rest counted; ``fit_digest`` lowers it (and,
+    if need be, ``max_clusters`` and ``max_mentions``) until the digest fits its channel.
+    """
 
     items: Sequence[JobFacts]
     seconds: int
     language: Language
     dashboard_url: str
     max_listed: int
+    reason_chars: int = DIGEST_REASON_MAX_CHARS
+    max_clusters: int | None = None  # summary lines; None: one per cluster
+    max_mentions: int | None = None  # None: every owner with an id
 
     def label(self, key: str) -> str:
         return LABELS[self.language][key]
@@ -195,24 +254,40 @@ class DigestFacts:
         per_cluster: dict[str, Counter[str]] = {}
         for item in self.items:
             per_cluster.setdefault(item.cluster_text(), Counter())[item.phase_name] += 1
-        return [
+        lines = [
             f"{cluster}: " + ", ".join(f"{count} {phase}" for phase, count in counts.most_common())
             for cluster, counts in per_cluster.items()
         ]
+        if self.max_clusters is not None and len(lines) > self.max_clusters:
+            rest = len(lines) - self.max_clusters
+            lines = [*lines[: self.max_clusters], self.label("digest_more_clusters").format(count=rest)]
+        return lines
 
     def listed(self) -> Sequence[JobFacts]:
         return self.items[: self.max_listed]
 
+    def reason(self, item: JobFacts) -> str:
+        return shorten(item.event.reason or "", self.reason_chars)
+
     def more(self) -> str | None:
-        rest = len(self.items) - self.max_listed
+        rest = len(self.items) - len(self.listed())
         return self.label("digest_more").format(count=rest) if rest > 0 else None
+
+    def limited(self, knob: DigestKnob, count: int) -> DigestFacts:
+        """The same digest with one of its limits set (``fit_digest`` searches each)."""
+        if knob == "max_listed":
+            return replace(self, max_listed=count)
+        if knob == "max_clusters":
+            return replace(self, max_clusters=count)
+        return replace(self, max_mentions=count)
 
     def mentions(self) -> list[Mention]:
         seen: dict[str, Mention] = {}
         for item in self.items:
             if item.mention and item.mention.user_id:
                 seen.setdefault(item.mention.user_id, item.mention)
-        return list(seen.values())
+        mentions = list(seen.values())
+        return mentions if self.max_mentions is None else mentions[: self.max_mentions]
 
 
 def format_duration(delta: timedelta, language: Language) -> str:
@@ -231,24 +306,82 @@ def job_link(dashboard_url: str, event: JobStatusEvent) -> str:
     return f"{dashboard_url.rstrip('/')}/jobs/{event.job.cluster_id}/{event.job.uid}"
 
 
-def fit(render: Callable[[str], int], message: str, limit: int) -> str:
-    """The longest prefix of ``message`` for which ``render(message)`` (a size) stays within ``limit``.
+def shorten(text: str, chars: int) -> str:
+    """At most ``chars`` characters; a longer text ends in an ellipsis."""
+    if len(text) <= chars:
+        return text
+    return text[: chars - 1].rstrip() + "…" if chars > 1 else ""
 
-    Sizes are whatever the channel limits (bytes of a Feishu body, characters of a Slack block);
-    the message is the only part that gets trimmed, with an ellipsis.
-    """
-    size = render(message)
-    if size <= limit:
-        return message
-    low, high = 0, len(message)
+
+def longest_prefix(size: Callable[[str], int], text: str, limit: int) -> str:
+    """The longest prefix of ``text`` (with "…" if cut) for which ``size(prefix) <= limit``; ""
+    if none does. Sizes are whatever the channel limits (bytes of a body, characters of a block)."""
+    if size(text) <= limit:
+        return text
+    low, high = 0, len(text)
     best = ""
     while low <= high:  # binary search on the prefix length: sizes grow with it
         middle = (low + high) // 2
-        candidate = message[:middle].rstrip() + "…" if middle else ""
-        if render(candidate) <= limit:
+        candidate = text[:middle].rstrip() + "…" if middle else ""
+        if size(candidate) <= limit:
             best, low = candidate, middle + 1
         else:
             high = middle - 1
-    if render(best) > limit:
+    return best
+
+
+def fit_job(size: Callable[[JobFacts], int], facts: JobFacts, limit: int) -> JobFacts:
+    """The facts with their free text trimmed until ``size(facts) <= limit``: the reason to
+    ``REASON_MAX_CHARS`` first, then the message, the reason, the owner's name, the cluster's name,
+    each only as far as needed. ValueError only if the job's fixed fields alone are too big."""
+    facts = facts.with_text("reason", shorten(facts.text("reason"), REASON_MAX_CHARS))
+    for field in TRIMMED_IN_ORDER:
+        if size(facts) <= limit:
+            return facts
+        facts = _trim_field(size, facts, field, limit)
+    if size(facts) > limit:
         raise ValueError(f"the message does not fit in {limit} even without its text")
+    return facts
+
+
+def _trim_field(
+    size: Callable[[JobFacts], int], facts: JobFacts, field: TrimmableField, limit: int
+) -> JobFacts:
+    def size_with(value: str) -> int:
+        return size(facts.with_text(field, value))
+
+    return facts.with_text(field, longest_prefix(size_with, facts.text(field), limit))
+
+
+def fit_digest(size: Callable[[DigestFacts], int], digest: DigestFacts, limit: int) -> DigestFacts:
+    """The digest listing as many jobs as fit ``size(digest) <= limit`` (the rest are counted, "…and
+    37 more"); if none fit, fewer cluster lines, then fewer mentions. ValueError only if its title
+    and counts alone are too big."""
+    if size(digest) <= limit:
+        return digest
+    knobs: tuple[tuple[DigestKnob, int], ...] = (
+        ("max_listed", len(digest.listed())),
+        ("max_clusters", len(digest.summary())),
+        ("max_mentions", len(digest.mentions())),
+    )
+    for knob, most in knobs:
+        count = _largest_count(size, digest, knob, most, limit)
+        if count is not None:
+            return digest.limited(knob, count)
+        digest = digest.limited(knob, 0)
+    raise ValueError(f"the digest does not fit in {limit} even without its jobs")
+
+
+def _largest_count(
+    size: Callable[[DigestFacts], int], digest: DigestFacts, knob: DigestKnob, most: int, limit: int
+) -> int | None:
+    """The largest value in [0, most] of one of the digest's limits that fits (sizes grow with it)."""
+    low, high = 0, most
+    best: int | None = None
+    while low <= high:
+        middle = (low + high) // 2
+        if size(digest.limited(knob, middle)) <= limit:
+            best, low = middle, middle + 1
+        else:
+            high = middle - 1
     return best

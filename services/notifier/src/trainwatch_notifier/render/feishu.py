@@ -11,7 +11,14 @@ from typing import Any
 import orjson
 
 from trainwatch_notifier.render import text
-from trainwatch_notifier.render.facts import PHASE_COLOURS, DigestFacts, JobFacts, Mention, fit
+from trainwatch_notifier.render.facts import (
+    PHASE_COLOURS,
+    DigestFacts,
+    JobFacts,
+    Mention,
+    fit_digest,
+    fit_job,
+)
 
 MAX_BODY_BYTES = 20 * 1024
 SIGNATURE_ROOM = 128  # "timestamp" and "sign" are added after rendering
@@ -61,7 +68,8 @@ def _card(title: str, colour: str, markdown: str, link: str, button: str) -> Bod
     }
 
 
-def _render_one(facts: JobFacts, body_format: str, message: str) -> Body:
+def _render_one(facts: JobFacts, body_format: str) -> Body:
+    message = facts.event.message or ""
     if body_format == "text":
         content = text.plain(facts, message, mention=_text_mention(facts.mention))
         return {"msg_type": "text", "content": {"text": content}}
@@ -79,17 +87,25 @@ def _render_one(facts: JobFacts, body_format: str, message: str) -> Body:
         }
         return {"msg_type": "post", "content": {"post": post}}
     mention = _card_mentions([facts.mention]) if facts.mention else ""
-    markdown = text.markdown(facts, message, mention=mention, link=False)  # the button carries the link
+    markdown = text.markdown(  # the button carries the link
+        facts, message, markup=text.FEISHU_MARKDOWN, mention=mention, link=False
+    )
     return _card(f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"))
 
 
 def message_body(facts: JobFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
-    """One job's notification, its message trimmed so the signed body stays within the limit."""
-    message = fit(lambda m: _size(_render_one(facts, body_format, m)), facts.event.message or "", max_bytes)
-    return _render_one(facts, body_format, message)
+    """One job's notification, its free text trimmed so the signed body stays within the limit."""
+    fitted = fit_job(lambda trimmed: _size(_render_one(trimmed, body_format)), facts, max_bytes)
+    return _render_one(fitted, body_format)
 
 
 def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:
+    """A burst in one message: as many jobs listed as fit the signed body's limit, the rest counted."""
+    fitted = fit_digest(lambda trimmed: _size(_digest(trimmed, body_format)), digest, max_bytes)
+    return _digest(fitted, body_format)
+
+
+def _digest(digest: DigestFacts, body_format: str) -> Body:
     phases = Counter(item.event.phase.value for item in digest.items)
     colour = "red" if "Failed" in phases else PHASE_COLOURS[phases.most_common(1)[0][0]]
     mentions = digest.mentions()
@@ -105,7 +121,7 @@ def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_B
         ]
         for item in digest.listed():
             job = item.event.job
-            reason = f" — {item.event.reason}" if item.event.reason else ""
+            reason = f" — {digest.reason(item)}" if item.event.reason else ""
             paragraphs.append(
                 [
                     {"tag": "text", "text": f"{item.icon} "},
@@ -123,8 +139,8 @@ def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_B
         post = {_post_language(digest.language): {"title": digest.title(), "content": paragraphs}}
         body = {"msg_type": "post", "content": {"post": post}}
     else:
-        markdown = text.digest_markdown(digest, mentions=_card_mentions(mentions))
+        markdown = text.digest_markdown(
+            digest, markup=text.FEISHU_MARKDOWN, mentions=_card_mentions(mentions)
+        )
         body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
-    if _size(body) > max_bytes:
-        raise ValueError("digest body too large; lower digest.max_listed")
     return body

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainwatch_notifier.render import text
-from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit_digest, fit_job
 
 SECTION_MAX_CHARS = 3000  # Block Kit section text limit; the fallback text stays under 4,000
 
@@ -29,22 +29,29 @@ def _blocks(title: str, section: str, link: str, button: str) -> list[dict[str, 
     ]
 
 
+def _section(facts: JobFacts) -> str:
+    message = facts.event.message or ""
+    return text.markdown(
+        facts, message, markup=text.SLACK_MRKDWN, mention=_mention(facts.mention), link=False
+    )
+
+
 def message_body(facts: JobFacts) -> Body:
-    mention = _mention(facts.mention)
+    fitted = fit_job(lambda trimmed: len(_section(trimmed)), facts, SECTION_MAX_CHARS)
+    title = f"{fitted.icon} {fitted.title()}"
+    fallback = f"{title} {_mention(fitted.mention)}".strip()
+    return {"text": fallback, "blocks": _blocks(title, _section(fitted), fitted.link, fitted.label("open"))}
 
-    def section(message: str) -> str:
-        return text.markdown(facts, message, markup=text.SLACK_MRKDWN, mention=mention, link=False)
 
-    message = fit(lambda m: len(section(m)), facts.event.message or "", SECTION_MAX_CHARS)
-    title = f"{facts.icon} {facts.title()}"
-    fallback = f"{title} {mention}".strip()
-    return {"text": fallback, "blocks": _blocks(title, section(message), facts.link, facts.label("open"))}
+def _digest_section(digest: DigestFacts) -> str:
+    mentions = " ".join(_mention(m) for m in digest.mentions())
+    return text.digest_markdown(digest, markup=text.SLACK_MRKDWN, mentions=mentions)
 
 
 def digest_body(digest: DigestFacts) -> Body:
-    mentions = " ".join(_mention(m) for m in digest.mentions())
-    section = text.digest_markdown(digest, markup=text.SLACK_MRKDWN, mentions=mentions)
-    if len(section) > SECTION_MAX_CHARS:
-        raise ValueError("digest too long for a Slack section; lower digest.max_listed")
-    title = digest.title()
-    return {"text": title, "blocks": _blocks(title, section, digest.dashboard_url, digest.label("open"))}
+    fitted = fit_digest(lambda trimmed: len(_digest_section(trimmed)), digest, SECTION_MAX_CHARS)
+    title = fitted.title()
+    return {
+        "text": title,
+        "blocks": _blocks(title, _digest_section(fitted), fitted.dashboard_url, fitted.label("open")),
+    }

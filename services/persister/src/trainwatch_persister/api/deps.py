@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -11,7 +12,18 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from trainwatch_common.auth import ApiTokens, Role
 
+log = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="A viewer or admin token of the registry's token set")
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _failed(request: Request) -> None:
+    """Log a failed authentication: who and where, never the token. (Limiting is the dashboard's,
+    per browser address, and the edge's for direct API clients: see the registry's deps.)"""
+    log.warning("authentication failed", extra={"client": _client(request), "path": request.url.path})
 
 
 def require_viewer(
@@ -20,6 +32,7 @@ def require_viewer(
     tokens: ApiTokens = request.app.state.tokens
     role = tokens.role_of(credentials.credentials) if credentials is not None else None
     if role is None:
+        _failed(request)
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             "a valid bearer token is required",

@@ -14,6 +14,8 @@ context.configure(
     connection=connection,
     target_metadata=metadata,
     render_as_batch=connection.dialect.name == "sqlite",  # SQLite alters tables by copying them
+    # Its own version table: the persister may share a database with the registry.
+    version_table=context.config.attributes.get("version_table", "alembic_version"),
 )
 with context.begin_transaction():
     context.run_migrations()

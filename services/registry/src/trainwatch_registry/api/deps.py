@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -11,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trainwatch_common.auth import ApiTokens, Role
 from trainwatch_registry.kubeconfig import SanitizedKubeconfig
+from trainwatch_registry.lease_proofs import LeaseProofs
 from trainwatch_registry.models import ConnectivityReport
 from trainwatch_registry.registrations import Registry
 from trainwatch_registry.settings import RegistrySettings
@@ -25,6 +27,7 @@ class Services:
     settings: RegistrySettings
     registry: Registry
     check_connectivity: ConnectivityCheck
+    lease_proofs: LeaseProofs | None = None  # None: any watcher-role caller reads any cluster
 
 
 def get_services(request: Request) -> Services:
@@ -36,7 +39,21 @@ def get_services(request: Request) -> Services:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 
+log = logging.getLogger(__name__)
 _bearer = HTTPBearer(auto_error=False, description="A token from TRAINWATCH_{ADMIN,VIEWER,WATCHER}_TOKENS")
+
+
+def _client(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
+def _failed(request: Request) -> None:
+    """Log a failed authentication: who and where, never the token.
+
+    Not limited here: the dashboard checks every sign-in with this API, so a per-address limit
+    would let ten bad sign-ins lock every user out; the dashboard limits per browser address,
+    and direct API clients are for the edge (ingress) to rate-limit."""
+    log.warning("authentication failed", extra={"client": _client(request), "path": request.url.path})
 
 
 def _caller_role(required: Role) -> Callable[..., Awaitable[Role]]:
@@ -46,6 +63,7 @@ def _caller_role(required: Role) -> Callable[..., Awaitable[Role]]:
         tokens: ApiTokens = request.app.state.tokens
         role = tokens.role_of(credentials.credentials) if credentials is not None else None
         if role is None:
+            _failed(request)
             raise HTTPException(
                 status.HTTP_401_UNAUTHORIZED,
                 "a valid bearer token is required",

@@ -1,30 +1,25 @@
-"""Alembic migrations of the registry's tables; ``upgrade_to_head(engine)`` runs them."""
+"""Alembic migrations of the registry's tables; ``upgrade_to_head(engine)`` runs them.
+
+Its revisions live in ``registry_alembic_version``, so it can share a database with the
+persister; replicas starting together migrate one at a time (``trainwatch_common.migrations``).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from alembic import command
-from alembic.config import Config
-from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-MIGRATIONS_DIR = Path(__file__).parent
+from trainwatch_common.migrations import ServiceMigrations
 
-
-def alembic_config(connection: Connection | None = None) -> Config:
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    config.attributes["connection"] = connection
-    return config
+MIGRATIONS = ServiceMigrations(
+    service="registry",
+    script_location=Path(__file__).parent,
+    lock_key=7_312_845_002,
+)
 
 
 async def upgrade_to_head(engine: AsyncEngine) -> None:
-    """Bring the schema to the newest revision (idempotent; concurrent replicas on PostgreSQL
-    serialise on Alembic's version table inside one transaction)."""
-
-    def upgrade(connection: Connection) -> None:
-        command.upgrade(alembic_config(connection), "head")
-
+    """Bring the schema to the newest revision (idempotent, safe for concurrent replicas)."""
     async with engine.begin() as connection:
-        await connection.run_sync(upgrade)
+        await MIGRATIONS.upgrade(connection)

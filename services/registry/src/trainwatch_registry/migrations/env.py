@@ -10,6 +10,12 @@ connection = context.config.attributes.get("connection")
 if connection is None:
     raise RuntimeError("run migrations through trainwatch_registry.migrations.upgrade_to_head")
 
-context.configure(connection=connection, target_metadata=metadata, render_as_batch=True)
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    render_as_batch=True,
+    # Its own version table: the registry may share a database with the persister.
+    version_table=context.config.attributes.get("version_table", "alembic_version"),
+)
 with context.begin_transaction():
     context.run_migrations()

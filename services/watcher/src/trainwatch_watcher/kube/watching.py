@@ -14,6 +14,7 @@ Nothing here knows what a job is: events are decoded dicts, and the caller decid
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -25,6 +26,7 @@ import orjson
 
 from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors
+from trainwatch_watcher.kube import progress
 from trainwatch_watcher.kube.client import KubeClient, error_for_status
 from trainwatch_watcher.settings import WatchTimings
 
@@ -91,6 +93,8 @@ class WatchHooks:
     def on_expired(self) -> None: ...
     def on_reconnect(self, error: BaseException) -> None: ...
     def on_connected(self) -> None: ...
+    def on_resource_version_ahead(self, error: errors.ResourceVersionAhead) -> None: ...
+    def on_waiting(self, error: errors.StorageInitializing) -> None: ...
 
 
 class Watcher:
@@ -116,6 +120,10 @@ class Watcher:
         self.listing = False
         # None = not tried yet; flips to False after the server refuses sendInitialEvents.
         self._watch_list: bool | None = None if timings.use_watch_list else False
+        # The resourceVersion last shown not to be ahead of the server's (by our own LIST, or by
+        # a check): resuming from any other one is checked first (see ``progress``).
+        self._verified_rv: str | None = None
+        self._rng = random.Random()
 
     async def run_forever(self) -> AsyncIterator[WatchItem]:
         backoff = Backoff(self._timings)
@@ -126,12 +134,30 @@ class Watcher:
                     yield item
                 # The server ended the stream (e.g. the kind was removed): go round again.
                 log.debug("watch ended; re-watching", extra={"path": self._target.path()})
+            except errors.ResourceVersionAhead as exc:
+                # The server went back in time: what we hold describes objects it may no longer
+                # have. Relist at once and let the caller diff (deleted, changed, new).
+                log.warning(
+                    "watch ahead of the server; relisting",
+                    extra={"path": self._target.path(), "error": str(exc)},
+                )
+                self._hooks.on_resource_version_ahead(exc)
+                self._hooks.on_relist("resource_version_ahead")
+                self.resource_version = None
+                backoff.reset()
+                continue
             except errors.WatchExpired:
                 self._hooks.on_expired()
                 self._hooks.on_relist("expired")
                 self.resource_version = None  # relist at once: a 410 is not a failure of the server
                 backoff.reset()
                 continue
+            except errors.StorageInitializing as exc:
+                # A CRD's first requests and every kind after an apiserver restart get 429
+                # "storage is (re)initializing": the expected wait, not a failure.
+                self._hooks.on_waiting(exc)
+                log.debug("storage initializing; waiting", extra={"path": self._target.path()})
+                await asyncio.sleep(self._timings.busy_retry)
             except errors.ClusterError as exc:
                 if self._clock() - healthy_since >= self._timings.backoff_reset_after:
                     backoff.reset()
@@ -153,6 +179,9 @@ class Watcher:
             async for item in self._list():
                 yield item
         while True:
+            if self.resource_version and self.resource_version != self._verified_rv:
+                await progress.check_not_ahead(self._client, self._target.path(), self.resource_version)
+                self._verified_rv = self.resource_version
             async for item in self.stream_once():
                 yield item
 
@@ -180,7 +209,7 @@ class Watcher:
                 break
             params = {"limit": str(self._timings.list_page_size), "continue": str(token)}
         self._hooks.on_connected()
-        self.resource_version = resource_version
+        self.resource_version = self._verified_rv = resource_version
         self.listing = False
         yield Synced(resource_version, frozenset(uids))
 
@@ -193,7 +222,7 @@ class Watcher:
         uids: set[str] | None = set()
         self.listing = True
         try:
-            async with self._client.stream_lines(self._target.path(), params) as lines:
+            async with self._open_stream(params) as lines:
                 async for line in lines:
                     event = _decode(line)
                     if event is None:
@@ -208,7 +237,7 @@ class Watcher:
                                 self._watch_list = False
                                 return
                             self._watch_list = True
-                            self.resource_version = rv
+                            self.resource_version = self._verified_rv = rv
                             self.listing = False
                             self._hooks.on_connected()
                             yield Synced(rv, frozenset(uids))
@@ -237,17 +266,54 @@ class Watcher:
             self._watch_list = False  # the stream ended before the initial events did
 
     def _watch_params(self) -> dict[str, str]:
+        # client-go's reflector: a random timeoutSeconds in [w, 2w], so that many informers
+        # (and replicas) do not reconnect in step.
+        minimum = self._timings.watch_timeout_seconds
         return {
             "watch": "1",
             "allowWatchBookmarks": "true",
-            "timeoutSeconds": str(self._timings.watch_timeout_seconds),
+            "timeoutSeconds": str(minimum + int(self._rng.random() * minimum)),
         }
+
+    def _read_timeout(self, params: dict[str, str]) -> float:
+        """Never shorter than the watch's own lifetime: an idle watch may hear nothing at all
+        until the server ends it at timeoutSeconds. Silence beyond that means a dead stream."""
+        return int(params["timeoutSeconds"]) + self._timings.read_timeout
+
+    @contextlib.asynccontextmanager
+    async def _open_stream(self, params: dict[str, str]) -> AsyncIterator[AsyncIterator[bytes]]:
+        """A watch stream's lines, guarded by a ``SilenceWatchdog`` task that probes the server
+        while the stream is silent and interrupts the read (by cancelling this task) when the
+        stream can no longer be trusted; ``_guarded`` takes that cancellation back and raises
+        the watchdog's verdict instead."""
+        task = asyncio.current_task()
+        assert task is not None
+        state = progress.StreamState(self._clock)
+        async with self._client.stream_lines(
+            self._target.path(), params, read_timeout=self._read_timeout(params)
+        ) as lines:
+            watchdog = asyncio.create_task(
+                progress.SilenceWatchdog(
+                    client=self._client,
+                    path=self._target.path(),
+                    timings=self._timings,
+                    state=state,
+                    reader=task,
+                    resource_version=lambda: self.resource_version,
+                    clock=self._clock,
+                ).run(),
+                name=f"silence watchdog {self._target.path()}",
+            )
+            try:
+                yield _guarded(lines, state, task)
+            finally:
+                watchdog.cancel()  # it holds nothing but a probe request, which this closes
 
     async def stream_once(self) -> AsyncIterator[WatchItem]:
         """One watch stream from ``resource_version``; returns when the server ends it."""
         params = self._watch_params()
         params["resourceVersion"] = self.resource_version or ""
-        async with self._client.stream_lines(self._target.path(), params) as lines:
+        async with self._open_stream(params) as lines:
             self._hooks.on_connected()
             async for line in lines:
                 event = _decode(line)
@@ -260,12 +326,36 @@ class Watcher:
                 rv = _rv(obj)
                 if kind == "BOOKMARK":
                     if rv:
+                        self._check_bookmark(rv)
                         self.resource_version = rv
                         yield Progress(rv)
                     continue
                 if rv:
                     self.resource_version = rv
                 yield event
+
+    def _check_bookmark(self, rv: str) -> None:
+        """A bookmark below what we already have: the server went back in time."""
+        ours, theirs = progress.rv_number(self.resource_version), progress.rv_number(rv)
+        if ours is not None and theirs is not None and theirs < ours:
+            raise progress.ahead_error(self.resource_version or "", rv)
+
+
+async def _guarded(
+    lines: AsyncIterator[bytes], state: progress.StreamState, task: asyncio.Task[Any]
+) -> AsyncIterator[bytes]:
+    """``lines``, telling ``state`` when we wait for the server (the watchdog may interrupt only
+    then: a consumer slow to take an event is not a silent server)."""
+    try:
+        async for line in lines:
+            state.busy()
+            yield line
+            state.waiting()
+    except asyncio.CancelledError:
+        # The watchdog's cancellation: its verdict. Anyone else's: a real cancellation.
+        if state.interrupt is not None and task.uncancel() == 0:
+            raise state.interrupt from None
+        raise
 
 
 def _decode(line: bytes) -> RawEvent | None:
@@ -310,4 +400,15 @@ def _error_event(obj: Any) -> errors.WatcherError:
     code = obj.get("code") if isinstance(obj, dict) else None
     message = obj.get("message") if isinstance(obj, dict) else None
     status = code if isinstance(code, int) else 500
+    if _too_large_resource_version(obj):
+        # Older apiservers end a watch from the future with "Too large resource version".
+        return errors.ResourceVersionAhead(f"watch ERROR event: {message or status}")
     return error_for_status(status, f"watch ERROR event: {message or status}")
+
+
+def _too_large_resource_version(obj: Any) -> bool:
+    details = obj.get("details") if isinstance(obj, dict) else None
+    causes = details.get("causes") if isinstance(details, dict) else None
+    return isinstance(causes, list) and any(
+        isinstance(c, dict) and c.get("reason") == "ResourceVersionTooLarge" for c in causes
+    )

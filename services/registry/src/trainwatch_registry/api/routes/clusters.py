@@ -5,11 +5,13 @@ from __future__ import annotations
 import logging
 from typing import Annotated, Any
 
-from fastapi import APIRouter, HTTPException, Path, Query, Request, Response, status
+from fastapi import APIRouter, Header, HTTPException, Path, Query, Request, Response, status
 from prometheus_client import Counter
+from redis.exceptions import RedisError
 
 from trainwatch_common import ClusterConnection
 from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
+from trainwatch_common.leases import LEASE_PROOF_HEADER
 from trainwatch_registry.api.deps import AdminDep, ServicesDep, ViewerDep, WatcherDep
 from trainwatch_registry.api.errors import ERROR_RESPONSES
 from trainwatch_registry.importer import import_directory
@@ -141,12 +143,46 @@ async def cluster_health(
 @router.get(
     "/clusters/{cluster_id}/connection",
     response_model=ClusterConnection,
-    responses=_NOT_FOUND,
-    summary="The sanitized kubeconfig, for watchers only (every read is logged, without the secret)",
+    responses={
+        **_NOT_FOUND,
+        403: {"model": ErrorBody, "description": "The watcher does not hold the cluster's lease"},
+        503: {"model": ErrorBody, "description": "The lease cannot be checked (Redis unavailable)"},
+    },
+    summary="The sanitized kubeconfig, for the watcher holding the cluster's lease (every read is logged, "
+    "without the secret)",
 )
 async def cluster_connection(
-    cluster_id: ClusterIdPath, request: Request, services: ServicesDep, role: WatcherDep
+    cluster_id: ClusterIdPath,
+    request: Request,
+    services: ServicesDep,
+    role: WatcherDep,
+    lease: Annotated[
+        str | None,
+        Header(
+            alias=LEASE_PROOF_HEADER,
+            description="The value of the caller's Redis lease on the cluster (holder|epoch)",
+            max_length=512,
+        ),
+    ] = None,
 ) -> ClusterConnection:
+    client = request.client.host if request.client else None
+    if services.lease_proofs is not None:
+        try:
+            proven = await services.lease_proofs.proven(cluster_id, lease)
+        except (RedisError, OSError):
+            raise HTTPException(
+                status.HTTP_503_SERVICE_UNAVAILABLE, "cannot check the watcher's lease: Redis is unavailable"
+            ) from None
+        if not proven:
+            # Before looking the cluster up: a refused caller learns nothing, not even whether it exists.
+            audit.warning(
+                "connection config refused: the caller does not hold the lease",
+                extra={"cluster_id": cluster_id, "caller_role": role.value, "client": client},
+            )
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                f"a watcher reads only the clusters whose lease it holds (send it in {LEASE_PROOF_HEADER})",
+            )
     connection = await services.registry.connection(cluster_id)
     CONNECTION_READS.labels(role.value).inc()
     audit.info(
@@ -156,7 +192,7 @@ async def cluster_connection(
             "caller_role": role.value,
             "connection_fingerprint": connection.connection_fingerprint,
             "revision": connection.revision,
-            "client": request.client.host if request.client else None,
+            "client": client,
         },
     )
     return connection

@@ -1,5 +1,9 @@
 """Safe reading of a kubeconfig document, YAML or JSON, before anything looks at its meaning.
 
+This is THE kubeconfig parser: every service that reads a kubeconfig an operator typed (the
+registry's intake, the dashboard's context picker) calls ``load_mapping`` and nothing else, so a
+document one of them refuses is refused by all of them.
+
 Limits come first: the size is checked before parsing; YAML aliases are refused outright (a
 kubeconfig needs none, and aliases are how a "billion laughs" document explodes in memory);
 nesting depth and node count are bounded; duplicate keys are refused rather than silently
@@ -57,8 +61,11 @@ def _check_events(text: str) -> None:
     """Walk the YAML event stream: no aliases, bounded depth and size, exactly one document."""
     depth = nodes = documents = 0
     for event in yaml.parse(text, Loader=_BaseLoader):
-        if isinstance(event, yaml.AliasEvent):
-            raise DocumentRefused("yaml_alias", "YAML aliases (*name) are not accepted in a kubeconfig")
+        # An anchor alone expands nothing, but a kubeconfig needs neither: one simple rule.
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise DocumentRefused(
+                "yaml_alias", "YAML anchors (&name) and aliases (*name) are not accepted in a kubeconfig"
+            )
         if isinstance(event, yaml.DocumentStartEvent):
             documents += 1
             if documents > 1:
@@ -91,9 +98,18 @@ def _load_json(text: str) -> Any:
     try:
         return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constants)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data":  # a second document after the first (JSON lines, or "---")
+            raise DocumentRefused(
+                "multiple_documents",
+                f"expected one JSON document, found more after it (line {exc.lineno})",
+            ) from None
         raise DocumentRefused("invalid_json", f"invalid JSON: {exc.msg} at line {exc.lineno}") from None
     except RecursionError:
         raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels") from None
+    except DocumentRefused:  # from the hooks above (it is a ValueError too)
+        raise
+    except ValueError as exc:  # a value Python will not build, e.g. an integer of 5,000 digits
+        raise DocumentRefused("invalid_json", f"invalid JSON: {_value_problem(exc)}") from None
 
 
 def _load_yaml(text: str) -> Any:
@@ -108,7 +124,18 @@ def _load_yaml(text: str) -> Any:
         raise DocumentRefused(code, f"invalid YAML: {problem}{_where(exc)}") from None
     except yaml.YAMLError as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        if "nesting depth" in problem:  # libyaml's own limit, met while scanning ahead
+            raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels") from None
         raise DocumentRefused("invalid_yaml", f"invalid YAML: {problem}{_where(exc)}") from None
+    except ValueError as exc:  # a scalar the constructor cannot build: 5,000 digits, 2001-02-30
+        raise DocumentRefused("invalid_yaml", f"invalid YAML: {_value_problem(exc)}") from None
+
+
+def _value_problem(exc: ValueError) -> str:
+    """A short reason naming no value (the value may be a secret)."""
+    if "integer string conversion" in str(exc):
+        return "a number has too many digits"
+    return f"a value cannot be read ({str(exc).splitlines()[0][:100]})"
 
 
 def _where(exc: yaml.YAMLError) -> str:
@@ -116,14 +143,22 @@ def _where(exc: yaml.YAMLError) -> str:
     return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
 
 
-def _depth(value: Any, level: int = 0) -> int:
+def _check_tree(value: Any, level: int = 0) -> None:
+    """Bounded depth, and string keys at every level (YAML reads ``7:``, ``~:`` or ``true:`` as
+    an int, None or bool key, which no kubeconfig field is and which code sorting keys trips on)."""
     if level > MAX_DEPTH:
-        return level
+        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
     if isinstance(value, dict):
-        return max((_depth(v, level + 1) for v in value.values()), default=level + 1)
-    if isinstance(value, list):
-        return max((_depth(v, level + 1) for v in value), default=level + 1)
-    return level
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise DocumentRefused(
+                    "non_string_key",
+                    f"every key of a kubeconfig is a string; found a {type(key).__name__} key",
+                )
+            _check_tree(item, level + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _check_tree(item, level + 1)
 
 
 def load_mapping(text: str) -> dict[str, Any]:
@@ -140,8 +175,5 @@ def load_mapping(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         kind = "a list" if isinstance(value, list) else f"a {type(value).__name__}"
         raise DocumentRefused("not_a_mapping", f"a kubeconfig is a single mapping, not {kind}")
-    if _depth(value) > MAX_DEPTH:
-        raise DocumentRefused("too_deep", f"the document nests deeper than {MAX_DEPTH} levels")
-    if not all(isinstance(key, str) for key in value):
-        raise DocumentRefused("not_a_mapping", "every top-level key of a kubeconfig is a string")
+    _check_tree(value)
     return value

@@ -1,0 +1,161 @@
+"""Per-job order across replicas, restarts, redeliveries and Redis outages.
+
+Within one process a channel's sender keeps its queue's order, but an older event of a job can
+come back later than a newer one: a killed notifier's messages return only after the ack wait, a
+message put back (Redis away, a live sender's marker found) returns after a delay, and replicas
+fetch from the same consumer. So a job's event is routed only once no older event of the same job
+is still being worked on anywhere.
+
+Each job (cluster id, uid) has a Redis hash ``<prefix>:order:<cluster_id>:<uid>``:
+
+- field ``<sequence>``: when (Redis clock, ms) a notifier last said it holds that event: taken at
+  fetch, refreshed with the JetStream in-progress heartbeats, deleted once the event is settled.
+  An entry older than ``stale_after`` belongs to an event nobody holds any more (its holder died
+  and it was never redelivered): it no longer holds the job back, so nothing waits forever.
+- field ``done``: the highest sequence settled. A job whose ``done`` is below ``sequence - 1``
+  while nobody holds the event in between may have that event on its way to another replica
+  (fetched, not yet registered); it is given ``grace`` to appear before the newer one goes.
+
+An event that arrives after a newer one of its job was settled is not dropped: it may be the only
+copy of a transition that was never notified. It is routed (its idempotency key still stops a
+true duplicate) and counted as out of order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from trainwatch_common import JobStatusEvent
+
+# KEYS: one job hash per event (repeats allowed). ARGV: stale_ms, ttl_seconds, then one sequence per
+# key. Registers every event first, then returns per event: 1 if an older event of its job is held
+# (fresh entry), else 0; and the job's "done" (-1 if none).
+_TAKE_PLACES = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local stale, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+for i, key in ipairs(KEYS) do
+  redis.call('HSET', key, ARGV[i + 2], now)
+  redis.call('EXPIRE', key, ttl)
+end
+local result = {}
+for i, key in ipairs(KEYS) do
+  local sequence = tonumber(ARGV[i + 2])
+  local blocked = 0
+  local fields = redis.call('HGETALL', key)
+  local done = -1
+  for j = 1, #fields, 2 do
+    if fields[j] == 'done' then
+      done = tonumber(fields[j + 1])
+    elseif tonumber(fields[j]) < sequence and tonumber(fields[j + 1]) > now - stale then
+      blocked = 1
+    end
+  end
+  result[2 * i - 1] = blocked
+  result[2 * i] = done
+end
+return result
+"""
+
+# KEYS: job hashes; ARGV: one sequence per key. Refreshes entries that still exist (a settled
+# event's entry must not come back).
+_REFRESH = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+for i, key in ipairs(KEYS) do
+  if redis.call('HEXISTS', key, ARGV[i]) == 1 then
+    redis.call('HSET', key, ARGV[i], now)
+  end
+end
+return #KEYS
+"""
+
+# KEYS: job hashes (repeats allowed); ARGV: ttl_seconds, then one sequence per key.
+_FINISH = """
+local ttl = tonumber(ARGV[1])
+for i, key in ipairs(KEYS) do
+  local sequence = ARGV[i + 1]
+  redis.call('HDEL', key, sequence)
+  local done = tonumber(redis.call('HGET', key, 'done') or '-1')
+  if tonumber(sequence) > done then
+    redis.call('HSET', key, 'done', sequence)
+  end
+  redis.call('EXPIRE', key, ttl)
+end
+return #KEYS
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    """Where an event stands in its job's order, as Redis saw it just now."""
+
+    sequence: int
+    older_held: bool  # an older event of the job is held by someone (maybe us)
+    done: int | None  # the highest sequence of the job settled so far
+
+    def ready(self, waited_seconds: float, grace_seconds: float) -> bool:
+        if self.older_held:
+            return False
+        if self.done is None or self.done >= self.sequence - 1:
+            return True  # a job we never settled before, or its predecessor is settled
+        return waited_seconds >= grace_seconds  # the predecessor may be on its way to a replica
+
+    @property
+    def late(self) -> bool:
+        """A newer event of the job was settled before this one arrived."""
+        return self.done is not None and self.done > self.sequence
+
+
+JobKey = tuple[str, str]
+
+
+def job_key(event: JobStatusEvent) -> JobKey:
+    return (event.job.cluster_id, event.job.uid)
+
+
+class JobOrder:
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = "trainwatch",
+        stale_after_seconds: float = 125.0,
+        ttl_seconds: int = 24 * 3600,
+    ) -> None:
+        self._prefix = prefix
+        self._stale_ms = round(stale_after_seconds * 1000)
+        self._ttl = ttl_seconds
+        self._take_places = redis.register_script(_TAKE_PLACES)
+        self._refresh = redis.register_script(_REFRESH)
+        self._finish = redis.register_script(_FINISH)
+
+    def key(self, event: JobStatusEvent) -> str:
+        return f"{self._prefix}:order:{event.job.cluster_id}:{event.job.uid}"
+
+    async def take_places(self, events: list[JobStatusEvent]) -> list[Place]:
+        """Register events as held (in the order given) and say whether each may go now."""
+        if not events:
+            return []
+        keys = [self.key(event) for event in events]
+        result = await self._take_places(
+            keys=keys, args=[self._stale_ms, self._ttl, *(event.sequence for event in events)]
+        )
+        places = []
+        for i, event in enumerate(events):
+            done = int(result[2 * i + 1])
+            places.append(Place(event.sequence, bool(result[2 * i]), None if done < 0 else done))
+        return places
+
+    async def refresh(self, events: list[JobStatusEvent]) -> None:
+        """The heartbeat of held events: they are still being worked on."""
+        if events:
+            await self._refresh(keys=[self.key(event) for event in events], args=[e.sequence for e in events])
+
+    async def finish(self, events: list[JobStatusEvent]) -> None:
+        """These events are settled (sent, skipped, dead-lettered): newer ones of their jobs may go."""
+        if events:
+            keys = [self.key(event) for event in events]
+            await self._finish(keys=keys, args=[self._ttl, *(event.sequence for event in events)])

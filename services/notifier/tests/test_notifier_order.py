@@ -1,0 +1,157 @@
+"""A job's notifications arrive in its sequence order, even when an older event comes back late:
+after a notifier is killed holding it, or after Redis was away when it was fetched."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from nats.js import JetStreamContext
+from notifier_support import (
+    all_acked,
+    consumer_with_ack_wait,
+    feishu_rules,
+    kill,
+    make_event,
+    notifier_process,
+    publish,
+    running,
+    settings_for,
+)
+from redis.asyncio import Redis
+
+from trainwatch_common import Phase
+from trainwatch_common.testing import RedisServer, eventually
+from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.order import JobOrder
+from trainwatch_notifier.sink import FeishuSink
+
+
+def titles(sink: FeishuSink) -> list[str]:
+    return [r.body["card"]["header"]["title"]["content"] for r in sink.received]
+
+
+RESTARTING = "🔁 PyTorchJob team-a/train-9 Restarting"
+SUCCEEDED = "✅ PyTorchJob team-a/train-9 Succeeded"
+
+
+async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_older(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    await consumer_with_ack_wait(js, 3.0)  # a killed notifier's messages come back after 3 s
+    # one message per 4 s: the Restarting waits for its token, and the kill lands in that wait
+    limits = "    rate_limits: [{count: 1, per_seconds: 4}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
+    succeeded = make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2)
+    env = {
+        "TRAINWATCH_NATS_URL": nats_url,
+        "TRAINWATCH_REDIS_URL": redis_url,
+        "TRAINWATCH_RULES_FILE": str(rules),
+        "TRAINWATCH_HTTP_PORT": "0",
+        "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "1",
+        "TRAINWATCH_LOG_FORMAT": "text",
+    }
+    process = notifier_process(env, tmp_path / "notifier.log")
+    try:
+        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the bot's token spent")
+        await publish(js, restarting)
+        await eventually(
+            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            timeout=10,
+            message="the Restarting is taken and waits for a token",
+        )
+        kill(process)
+    finally:
+        if process.poll() is None:
+            kill(process)
+    await publish(js, succeeded)  # the job goes on while its Restarting is held by a dead process
+
+    settings = settings_for(
+        nats_url=nats_url, redis_url=redis_url, rules_file=rules, unconfirmed_after_seconds=1.0
+    )
+    async with running(Notifier(settings)):
+        await eventually(lambda: len(feishu_sink.received) == 3, timeout=30, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink)[1:] == [RESTARTING, SUCCEEDED]
+
+
+async def test_a_jobs_events_keep_their_order_across_a_redis_outage(
+    nats_url: str,
+    redis_process: RedisServer,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_process.url, rules_file=rules))
+    async with running(notifier):
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the notifier works")
+        await eventually(lambda: all_acked(js), message="and has acked it")
+        redis_process.stop()
+        await publish(js, make_event(name="train-9", phase=Phase.RESTARTING, sequence=1))
+
+        async def fetched() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_pending == 0 and info.num_ack_pending == 1
+
+        await eventually(fetched, message="the Restarting is fetched while Redis is away")
+        redis_process.start()
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2))
+        await eventually(lambda: len(feishu_sink.received) == 3, timeout=20, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink)[1:] == [RESTARTING, SUCCEEDED]
+
+
+async def test_the_job_order_in_redis(redis: Redis) -> None:
+    order = JobOrder(redis, stale_after_seconds=1.0)
+    first, second, third = (make_event(name="train-9", sequence=n) for n in (1, 2, 3))
+    other_job = make_event(name="train-10", sequence=7)
+
+    places = await order.take_places([second, first, other_job])
+    assert [p.older_held for p in places] == [True, False, False]  # the 2nd waits for the 1st
+    assert places[1].ready(waited_seconds=0, grace_seconds=1)
+    assert places[2].ready(waited_seconds=0, grace_seconds=1)  # other jobs never wait for it
+
+    await order.finish([first])
+    await order.refresh([first, second])  # a late heartbeat must not bring the 1st back
+    [place] = await order.take_places([second])
+    assert (place.older_held, place.done) == (False, 1)
+    assert place.ready(waited_seconds=0, grace_seconds=1)
+
+    # the 3rd's predecessor is neither settled nor held: it may be on its way to a replica
+    [place] = await order.take_places([third])
+    assert place.older_held  # the 2nd is still held (not finished)
+    await order.finish([second, third])
+    gap = make_event(name="train-9", sequence=5)
+    [place] = await order.take_places([gap])
+    assert not place.ready(waited_seconds=0, grace_seconds=1)
+    assert place.ready(waited_seconds=1, grace_seconds=1)
+
+    # an event that comes after a newer one of its job was settled: late, and still routed
+    [place] = await order.take_places([make_event(name="train-9", sequence=2)])
+    assert place.late
+    assert place.ready(waited_seconds=0, grace_seconds=1)
+
+
+async def test_an_elder_nobody_keeps_alive_stops_holding_its_job_back(redis: Redis) -> None:
+    order = JobOrder(redis, stale_after_seconds=0.5)
+    await order.take_places([make_event(name="train-9", sequence=1)])  # its holder dies now
+    newer = make_event(name="train-9", sequence=2)
+    [place] = await order.take_places([newer])
+    assert place.older_held
+
+    async def free() -> bool:
+        [again] = await order.take_places([newer])
+        return not again.older_held
+
+    await eventually(free, timeout=5, message="the dead holder's entry goes stale")

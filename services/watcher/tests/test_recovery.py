@@ -1,0 +1,70 @@
+"""recovery.recover: per job, whichever of checkpoint and stream saw the later sequence."""
+
+from __future__ import annotations
+
+from trainwatch_common.events.jobs import Phase
+from trainwatch_watcher.kinds.model import NormalizedStatus
+from trainwatch_watcher.recovery import StreamHead, recover
+from trainwatch_watcher.state import JobRecord
+from trainwatch_watcher.transitions import Slot
+
+
+def record(sequence: int, phase: Phase = Phase.RUNNING) -> JobRecord:
+    slot = Slot("default", "bert", sequence, phase, None, phase in (Phase.SUCCEEDED, Phase.FAILED))
+    return JobRecord(slot=slot, last=NormalizedStatus(phase=phase))
+
+
+def test_a_checkpoint_level_with_the_stream_is_kept_and_resumed() -> None:
+    result = recover({"a": record(3)}, {"a": StreamHead(3, record(3))})
+    assert result.records == {"a": record(3)}
+    assert not result.behind
+    assert result.corrected == 0
+
+
+def test_a_checkpoint_behind_the_stream_takes_the_streams_record_and_relists() -> None:
+    result = recover({"a": record(2)}, {"a": StreamHead(4, record(4, Phase.FAILED))})
+    assert result.records == {"a": record(4, Phase.FAILED)}
+    assert result.behind
+    assert result.corrected == 1
+
+
+def test_a_deletion_in_the_stream_closes_a_job_the_checkpoint_still_has() -> None:
+    result = recover({"a": record(2)}, {"a": StreamHead(3, None)})
+    assert result.records == {}
+    assert result.behind
+
+
+def test_a_lost_checkpoint_is_rebuilt_from_open_jobs_only() -> None:
+    result = recover({}, {"a": StreamHead(5, record(5)), "gone": StreamHead(2, None)})
+    assert result.records == {"a": record(5)}
+    assert result.behind
+    assert result.corrected == 1
+
+
+def test_a_checkpoint_ahead_of_the_stream_is_kept() -> None:
+    # The stream lost messages (purged or aged out): the checkpoint's sequences are still used.
+    result = recover({"a": record(6)}, {"a": StreamHead(4, record(4))})
+    assert result.records == {"a": record(6)}
+    assert not result.behind
+
+
+def test_an_empty_stream_and_checkpoint_recover_nothing() -> None:
+    result = recover({}, {})
+    assert result.records == {}
+    assert not result.behind
+
+
+def test_jobs_the_stream_holds_as_deleted_are_remembered_as_closed() -> None:
+    result = recover({"open": record(1)}, {"open": StreamHead(1, record(1)), "gone": StreamHead(4, None)})
+    assert result.closed == {"gone": 4}
+    assert "gone" not in result.records
+
+
+def test_a_job_back_after_its_deletion_is_created_after_it() -> None:
+    from trainwatch_watcher import transitions
+
+    emission = transitions.observe(
+        None, NormalizedStatus(phase=Phase.RUNNING), namespace="default", name="bert", closed_at=4
+    )
+    assert emission is not None
+    assert (emission.change, emission.sequence, emission.slot.sequence) == ("created", 5, 5)
