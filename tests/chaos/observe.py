@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from chaos.compare import Seen, state_key
 from trainwatch_common.events.clusters import ClusterHealth
 from trainwatch_common.events.envelope import parse_cluster_health, parse_job_event
-from trainwatch_common.leases import LeaseManager
+from trainwatch_common.leases import LeaseManager, replica_of
 from trainwatch_notifier.sink import Received
 
 
@@ -60,7 +60,7 @@ class Leases:
                 if raw is not None:
                     text = raw.decode() if isinstance(raw, bytes) else str(raw)
                     name, _, epoch = text.rpartition("|")
-                    holder = (name, int(epoch))
+                    holder = (replica_of(name), int(epoch))  # the holder carries a secret nonce
                 if holder is not None:
                     previous = self._last_holder.get(cluster_id)
                     if previous is not None and previous != holder[0]:
