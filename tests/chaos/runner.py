@@ -285,7 +285,7 @@ class Chaos:
             print(f"chaos: runner's NATS client: {type(exc).__name__}", flush=True)
 
     def _watcher_logs(self) -> str:
-        return "\n".join(f"--- {w.name}\n{w.log_tail(15)}" for w in self.system.watchers.values())
+        return "\n".join(f"--- {w.name}\n{w.log_tail(4)}" for w in self.system.watchers.values())
 
     # -- faults -------------------------------------------------------------------------------
     async def kill_watchers(self) -> None:

@@ -184,6 +184,7 @@ class System:
             "TRAINWATCH_ADMIN_TOKENS": self.admin_token,
             "TRAINWATCH_VIEWER_TOKENS": self.admin_token,
             "TRAINWATCH_WATCHER_TOKENS": self.watcher_token,
+            "TRAINWATCH_ALLOW_LOOPBACK_SERVERS": "true",  # kubesim listens on 127.0.0.1
             **self.settings,
         }
 
@@ -215,7 +216,6 @@ class System:
         self.registry = self._proc("registry", "trainwatch_registry", {
             "TRAINWATCH_REGISTRY_DATABASE_URL": f"sqlite+aiosqlite:///{self.run_dir / 'registry.db'}",
             "TRAINWATCH_REGISTRY_ENCRYPTION_KEYS": Fernet.generate_key().decode(),
-            "TRAINWATCH_ALLOW_LOOPBACK_SERVERS": "true",
         })  # fmt: skip
         self.registry.start()
         return self.registry
