@@ -129,6 +129,7 @@ def compare_job(
     order; ``final``: the surface's final state when it keeps one apart (SQL's ``jobs`` row),
     else the last seen key is the final state."""
     result = JobResult(surface, uid, expected=len(truth), observed=len(seen))
+    truth_keys = [matching(key) for key, _ in truth]
     matched = [False] * len(truth)
     cursor = 0
     idents: dict[str, Key] = {}
@@ -149,13 +150,14 @@ def compare_job(
             result.notes.append(f"{fmt(key)} repeated")
             continue
         previous = key
-        ahead = next((j for j in range(cursor, len(truth)) if truth[j][0] == key), None)
+        wanted = matching(key)
+        ahead = next((j for j in range(cursor, len(truth)) if truth_keys[j] == wanted), None)
         if ahead is not None:
             matched[ahead] = True
             cursor = ahead + 1
             last_good = key
             continue
-        behind = [j for j in range(cursor) if truth[j][0] == key]
+        behind = [j for j in range(cursor) if truth_keys[j] == wanted]
         if any(matched[j] for j in behind):
             result.duplicated += 1
             result.notes.append(f"{fmt(key)} again after {fmt(last_good)}")
@@ -181,6 +183,12 @@ def compare_job(
             result.wrong_final = True
             result.notes.append(f"final {fmt(got)}, truth {fmt(want)}")
     return result
+
+
+def matching(key: Key) -> Key:
+    """What must agree for an observed state to *be* a true one: a deletion is a deletion
+    whatever phase it carries (a stale phase on it shows as a wrong final state instead)."""
+    return ("deleted",) if len(key) == 4 and key[0] is True else key
 
 
 def fmt(key: Key | None) -> str:

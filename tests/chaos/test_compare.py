@@ -94,3 +94,9 @@ def test_lost_states_are_located_in_the_truth_log() -> None:
     report = compare(placed, Observations(stream={"u1": seen(placed[:4])}))
     assert report.lost_positions["stream"] == [14, 15]  # the terminal Succeeded and the deletion
     assert report.lost_positions["cards"] == [14]
+
+
+def test_a_deletion_with_a_stale_phase_is_a_deletion_and_a_wrong_final_state() -> None:
+    stale = [*seen(LIFE)[:4], Seen("deleted", "Running", None, False, ident="d")]
+    stream = compare(LIFE, Observations(stream={"u1": stale})).results["stream"][0]
+    assert (stream.lost, stream.never_true, stream.wrong_final) == (1, 0, True)  # Succeeded* lost
