@@ -125,3 +125,19 @@ async def test_hostile_names_survive_the_subject(nats_url: str, name: str) -> No
         await messages[0].ack_sync()
     finally:
         await client.close()
+
+
+async def test_the_jobs_duplicate_window_is_a_setting_every_ensure_streams_applies(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    client = await nats.connect(nats_url)
+    try:
+        js = client.jetstream()
+        await ensure_streams(js)
+        assert (await js.stream_info("JOBS")).config.duplicate_window == 15 * 60
+        monkeypatch.setenv("TRAINWATCH_JOBS_DUPLICATE_WINDOW_SECONDS", "20")
+        await ensure_streams(js)  # an existing stream is brought to the setting
+        assert (await js.stream_info("JOBS")).config.duplicate_window == 20
+        assert (await js.stream_info("CLUSTERS")).config.duplicate_window == 15 * 60
+    finally:
+        await client.close()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import time
 from typing import Any
@@ -11,6 +12,7 @@ import pytest
 from reference_mapping import fold
 
 import kubesim
+from trainwatch_common.testing import eventually
 
 
 def _history(cluster: kubesim.Cluster, since: int) -> list[dict[str, Any]]:
@@ -130,6 +132,24 @@ async def test_rate_paces_the_writes(plain: kubesim.Cluster) -> None:
     await driver.run_lifecycle("JAXJob", restarts=0, suspend=False)
     writes = len(driver.log)  # at least this many paced writes happened
     assert time.monotonic() - t0 >= (writes - 1) / 200
+
+
+async def test_hold_freezes_every_write_until_release(plain: kubesim.Cluster) -> None:
+    driver = kubesim.ScenarioDriver(plain, seed=5, rate=200)
+    task = asyncio.create_task(driver.run_demo(jobs=4, concurrency=2), name="test held demo")
+    try:
+        await eventually(lambda: len(driver.log) >= 3, timeout=5, message="the demo writing")
+        driver.hold()
+        assert driver.held
+        rv, entries = plain.store.resource_version, len(driver.log)
+        await asyncio.sleep(0.2)  # the span checked: 40 paced writes would have happened in it
+        assert (plain.store.resource_version, len(driver.log)) == (rv, entries)
+        driver.release()
+        await asyncio.wait_for(task, timeout=10)
+    finally:
+        task.cancel()
+    _check_rules(driver.truth)
+    assert sum(1 for e in driver.truth if e.change == "created") == 4
 
 
 async def test_truth_matches_what_a_watch_sees(plain: kubesim.Cluster, make_client: Any) -> None:

@@ -6,6 +6,7 @@ existing stream's configuration up to date, so any number of replicas may call i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -20,7 +21,9 @@ from nats.js.api import (
 )
 from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
+from pydantic import Field
 
+from trainwatch_common.settings import ServiceSettings
 from trainwatch_common.subjects import CLUSTERS_PREFIX, DEADLETTER_PREFIX, JOBS_PREFIX
 
 log = logging.getLogger(__name__)
@@ -120,9 +123,29 @@ REGISTRY_HEALTH_CONSUMER = DurableConsumer(
 )
 
 
-async def ensure_streams(js: JetStreamContext) -> None:
+class StreamSettings(ServiceSettings):
+    """What an operator (or a test suite) may tune in the stream definitions, read at every
+    ``ensure_streams`` call. Every service calls it at start-up and updates an existing stream to
+    what it reads, so all of them must see the same value: it is one environment variable."""
+
+    jobs_duplicate_window_seconds: float = Field(
+        JOBS_STREAM.duplicate_window,
+        gt=0,
+        description="JOBS' Nats-Msg-Id de-duplication window; the chaos suite shortens it to "
+        "reach the 'after the window' cases in minutes",
+    )
+
+
+def stream_configs(settings: StreamSettings | None = None) -> tuple[StreamConfig, ...]:
+    """``ALL_STREAMS`` with the tunable values of ``settings`` (default: from the environment)."""
+    settings = settings or StreamSettings()
+    jobs = dataclasses.replace(JOBS_STREAM, duplicate_window=settings.jobs_duplicate_window_seconds)
+    return tuple(jobs if config is JOBS_STREAM else config for config in ALL_STREAMS)
+
+
+async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
     """Create or update every stream and the clusters KV bucket. Safe to call concurrently."""
-    for config in ALL_STREAMS:
+    for config in stream_configs(settings):
         await _ensure_stream(js, config)
     await ensure_clusters_bucket(js)
 

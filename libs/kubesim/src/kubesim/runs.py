@@ -69,7 +69,14 @@ class JobRun:
     """The handle a lifecycle script uses to act on one job."""
 
     def __init__(
-        self, cluster: Cluster, truth: TruthLog, spec: KindSpec, namespace: str, name: str, interval: float
+        self,
+        cluster: Cluster,
+        truth: TruthLog,
+        spec: KindSpec,
+        namespace: str,
+        name: str,
+        interval: float,
+        gate: asyncio.Event | None = None,
     ) -> None:
         self.cluster = cluster
         self.truth = truth
@@ -77,6 +84,7 @@ class JobRun:
         self.namespace = namespace
         self.name = name
         self.interval = interval
+        self.gate = gate  # while cleared, every write waits (ScenarioDriver.hold)
         self.obj: dict[str, Any] = {}
         self.status: dict[str, Any] = {}
         self.children: list[tuple[KindSpec, str]] = []
@@ -87,6 +95,11 @@ class JobRun:
 
     async def pause(self) -> None:
         await asyncio.sleep(self.interval)
+        await self._wait_gate()
+
+    async def _wait_gate(self) -> None:
+        if self.gate is not None:
+            await self.gate.wait()
 
     def _guard(self, fn: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
         try:
@@ -100,6 +113,7 @@ class JobRun:
         return result
 
     async def create(self, body: dict[str, Any], state: NormState) -> None:
+        await self._wait_gate()
         self.obj = self._guard(self.cluster.store.create, self.spec, body, drop_status=True)
         self.truth.created(self.cluster.name, self.obj, state)
 

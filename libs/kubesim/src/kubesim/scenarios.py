@@ -50,11 +50,27 @@ class ScenarioDriver:
         self.log = truth if truth is not None else TruthLog()
         self.namespaces = tuple(namespaces)
         self._counter = itertools.count(1)
+        self._gate = asyncio.Event()  # cleared by hold(): the cluster's jobs stand still
+        self._gate.set()
 
     @property
     def truth(self) -> list[TruthEntry]:
         """Every normalized change caused so far, in write order."""
         return list(self.log.entries)
+
+    def hold(self) -> None:
+        """Freeze every job of this driver: from now on no write (create, status, spec, delete)
+        happens until :meth:`release`. Lets a test change what watches a cluster while nothing in
+        it changes, so the truth holds no change that nobody could have seen."""
+        self._gate.clear()
+
+    def release(self) -> None:
+        """Let the held jobs go on where they stopped."""
+        self._gate.set()
+
+    @property
+    def held(self) -> bool:
+        return not self._gate.is_set()
 
     def _name(self, spec: KindSpec) -> str:
         return f"{spec.kind.lower()}-{self.seed}-{next(self._counter):04d}"
@@ -81,7 +97,9 @@ class ScenarioDriver:
             delete=delete,
             delete_while_running=delete_while_running,
         )
-        run = JobRun(self.cluster, self.log, spec, namespace, name or self._name(spec), self.interval)
+        run = JobRun(
+            self.cluster, self.log, spec, namespace, name or self._name(spec), self.interval, self._gate
+        )
         with contextlib.suppress(JobGone):
             await LIFECYCLES[spec.family](run, opts)
         return run.uid

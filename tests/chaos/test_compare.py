@@ -1,0 +1,102 @@
+"""The comparison's rules, on small hand-made histories (pure, fast)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from chaos.compare import Observations, Seen, TruthRow, compare
+
+
+def truth(*states: tuple[str, str, str | None, bool], uid: str = "u1") -> list[TruthRow]:
+    return [TruthRow("c01", uid, "PyTorchJob", "default", "j", *s) for s in states]
+
+
+LIFE = truth(
+    ("created", "Pending", "Created", False),
+    ("transition", "Running", None, False),
+    ("transition", "Restarting", None, False),
+    ("transition", "Running", None, False),
+    ("transition", "Succeeded", None, True),
+    ("deleted", "Succeeded", None, True),
+)
+
+
+def seen(rows: list[TruthRow], *, ids: bool = True) -> list[Seen]:
+    return [
+        Seen(r.change, r.phase, r.sub_phase, r.terminal, ident=f"id{i}" if ids else None)
+        for i, r in enumerate(rows)
+    ]
+
+
+def test_a_faithful_history_passes_on_every_surface() -> None:
+    cards = [Seen("transition", "Restarting", None, False), Seen("transition", "Succeeded", None, True)]
+    finals = {"u1": (True, "Succeeded", None, True)}
+    report = compare(LIFE, Observations({"u1": seen(LIFE)}, {"u1": seen(LIFE)}, finals, {"u1": cards}))
+    assert not report.failed
+    assert (
+        report.summary_line() == "chaos: 6 transitions, 0 lost, 0 duplicated, 0 wrong final, 0 out of order"
+    )
+
+
+def test_a_relist_may_collapse_intermediate_states_but_not_terminal_ones() -> None:
+    collapsed = [LIFE[1], LIFE[4], LIFE[5]]  # Pending, Restarting, Running skipped
+    report = compare(LIFE, Observations(stream={"u1": seen(collapsed)}))
+    stream = report.results["stream"][0]
+    assert (stream.collapsed, stream.lost, stream.wrong_final) == (3, 0, False)
+    lost = [LIFE[1], LIFE[5]]  # the terminal Succeeded missing
+    stream = compare(LIFE, Observations(stream={"u1": seen(lost)})).results["stream"][0]
+    assert (stream.lost, stream.wrong_final) == (1, False)
+
+
+def test_duplicates_by_id_and_by_repeated_state() -> None:
+    items = seen(LIFE)
+    reused = Seen("transition", "Failed", None, True, ident=items[1].ident)
+    again = [
+        *items[:2],
+        items[1],
+        Seen("transition", "Running", None, False, ident="other"),
+        reused,
+        *items[2:],
+    ]
+    stream = compare(LIFE, Observations(stream={"u1": again})).results["stream"][0]
+    assert (stream.replayed, stream.duplicated) == (1, 2)  # a replay; a repeated state and a reused id
+    assert not stream.lost
+
+
+def test_out_of_order_never_true_and_wrong_final() -> None:
+    items = seen(LIFE)
+    late = [items[0], items[1], items[4], items[2], items[5]]  # Restarting after Succeeded
+    stream = compare(LIFE, Observations(stream={"u1": late})).results["stream"][0]
+    assert stream.out_of_order == 1
+    odd = [*items[:5], Seen("transition", "Failed", None, True, ident="x")]
+    stream = compare(LIFE, Observations(stream={"u1": odd})).results["stream"][0]
+    assert (stream.never_true, stream.wrong_final, stream.lost) == (1, True, 1)
+
+
+def test_cards_alike_in_a_row_are_not_duplicates_but_a_card_sent_again_is() -> None:
+    volcano = truth(
+        ("created", "Pending", "Created", False),
+        ("transition", "Suspended", "Aborting", False),
+        ("transition", "Suspended", None, False),
+        ("transition", "Failed", "Finishing", False),
+        ("transition", "Failed", None, True),
+    )
+    suspended = Seen("transition", "Suspended", None, False)
+    failed = Seen("transition", "Failed", None, True)
+    ok = compare(volcano, Observations(cards={"u1": [suspended, suspended, failed]})).results["cards"][0]
+    assert not ok.failed
+    again = compare(volcano, Observations(cards={"u1": [suspended, failed, failed]})).results["cards"][0]
+    assert (again.duplicated, again.collapsed) == (1, 1)
+
+
+def test_lost_states_are_located_in_the_truth_log() -> None:
+    placed = [dataclasses.replace(r, position=10 + i) for i, r in enumerate(LIFE)]
+    report = compare(placed, Observations(stream={"u1": seen(placed[:4])}))
+    assert report.lost_positions["stream"] == [14, 15]  # the terminal Succeeded and the deletion
+    assert report.lost_positions["cards"] == [14]
+
+
+def test_a_deletion_with_a_stale_phase_is_a_deletion_and_a_wrong_final_state() -> None:
+    stale = [*seen(LIFE)[:4], Seen("deleted", "Running", None, False, ident="d")]
+    stream = compare(LIFE, Observations(stream={"u1": stale})).results["stream"][0]
+    assert (stream.lost, stream.never_true, stream.wrong_final) == (1, 0, True)  # Succeeded* lost
