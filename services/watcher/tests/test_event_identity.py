@@ -352,3 +352,53 @@ def _changes(job_events: JobEvents, uid: str) -> list[str]:
 
 def _sequences(job_events: JobEvents, uid: str) -> list[int]:
     return [e.sequence for e in job_events.events if e.job.uid == uid]
+
+
+async def test_a_job_that_failed_and_was_deleted_while_redis_lost_its_data_is_reported_failed(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+) -> None:
+    """make chaos: after Redis restarted with a fresh data dir, a relist could only see that the
+    job was gone, so its deletion carried a stale phase and its Failed was never reported. The
+    stream's events say where the watch was: resuming there replays the failure, then the deletion."""
+    batch_job = kubesim.kinds.BATCH_JOB
+    alpha = await sim.add_cluster("alpha", kinds=[batch_job])
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    body = {"metadata": {"name": "bert", "namespace": "default"}, "spec": {"parallelism": 1}}
+    uid = alpha.store.create(batch_job, body)["metadata"]["uid"]
+    alpha.store.patch_status(batch_job, "default", "bert", {"active": 1, "ready": 1, "startTime": _T0})
+    await eventually(lambda: _phases(job_events, uid)[-1:] == ["Running"], message="running")
+    await watcher.kill()
+    await redis.flushall()
+    alpha.store.patch_status(
+        batch_job,
+        "default",
+        "bert",
+        {
+            "active": 0,
+            "ready": 0,
+            "failed": 1,
+            "conditions": [_condition("FailureTarget"), _condition("Failed")],
+        },
+    )
+    alpha.store.delete(batch_job, "default", "bert")
+    await watcher.start()
+    await eventually(lambda: _changes(job_events, uid)[-1:] == ["deleted"], message="the deletion")
+    events = [e for e in job_events.events if e.job.uid == uid]
+    assert [(e.change, e.phase.value, e.terminal) for e in events][-2:] == [
+        ("transition", "Failed", True),
+        ("deleted", "Failed", True),
+    ]
+    assert_ids_name_one_event(job_events)
+
+
+_T0 = "2026-12-01T10:00:00Z"
+
+
+def _phases(job_events: JobEvents, uid: str) -> list[str]:
+    return [e.phase.value for e in job_events.events if e.job.uid == uid]

@@ -68,3 +68,16 @@ def test_a_job_back_after_its_deletion_is_created_after_it() -> None:
     )
     assert emission is not None
     assert (emission.change, emission.sequence, emission.slot.sequence) == ("created", 5, 5)
+
+
+def test_the_newest_resource_version_of_the_stream_is_where_a_lost_checkpoint_resumes() -> None:
+    heads = {
+        "a": StreamHead(2, record(2), resource_version="120"),
+        "b": StreamHead(3, None, resource_version="97"),
+    }
+    assert recover({}, heads).resource_version == "120"
+
+
+def test_opaque_resource_versions_are_not_compared() -> None:
+    heads = {"a": StreamHead(2, record(2), resource_version="120"), "b": StreamHead(1, None, "x9")}
+    assert recover({}, heads).resource_version is None

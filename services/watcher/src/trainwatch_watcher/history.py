@@ -148,7 +148,7 @@ def parse_stored(raw: bytes) -> StoredEvent | None:
             uid=str(job["uid"]),
             change=change,
             sequence=sequence,
-            head=StreamHead(sequence=sequence, record=record),
+            head=StreamHead(sequence=sequence, record=record, resource_version=job.get("resource_version")),
         )
     except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
         log.warning("unreadable event in the JOBS stream skipped")

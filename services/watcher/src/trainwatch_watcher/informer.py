@@ -197,8 +197,13 @@ class Informer(WatchHooks):
                     extra={"cluster": spec.cluster_id, "kind": self._kind_label, "jobs": recovered.corrected},
                 )
                 if resume_from is None:
-                    self._records = recovered.records  # a relist follows: diff it against the stream
+                    # The checkpoint lost its resourceVersion with its records: resume where the
+                    # stream's events were emitted, so the changes since are seen one by one (a
+                    # job that failed and was deleted meanwhile is reported failed, then deleted).
+                    # If that version is gone (410), the relist diffs against the stream's jobs.
+                    self._records = recovered.records
                     self._closed = recovered.closed
+                    resume_from = recovered.resource_version
                 else:
                     # Resuming replays every change since the checkpoint from the checkpoint's own
                     # records, so each event the stream already holds comes again, the same, under
@@ -256,8 +261,11 @@ class Informer(WatchHooks):
         async for item in watcher.run_forever():
             reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
             if not watcher.listing:
-                self._records_for_relist = None  # the resume was accepted: its replay sets us right
-                self._closed_for_relist = {}
+                if self._records_for_relist is not None or self._closed:
+                    # The resume was accepted: its replay sets us right; the relist needs no help.
+                    self._records_for_relist = None
+                    self._closed_for_relist = {}
+                    self._closed = {}
             elif self._read_closed_before_relist:
                 self._read_closed_before_relist = False
                 await self._read_closed()

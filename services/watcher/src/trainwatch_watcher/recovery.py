@@ -12,6 +12,7 @@ then behind too and a resumed watch would replay changes older than what the str
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from trainwatch_watcher.state import JobRecord
@@ -24,6 +25,7 @@ class StreamHead:
 
     sequence: int
     record: JobRecord | None
+    resource_version: str | None = None  # the job's, when that event was emitted
 
 
 @dataclass(slots=True)
@@ -37,6 +39,11 @@ class Recovered:
     # reuses a uid, but an etcd restored from a backup brings a deleted job back: its events
     # continue after its deletion, or they would reuse its first ids.
     closed: dict[str, int] = field(default_factory=dict)
+    # The newest resourceVersion the stream's events were emitted at: everything the informer
+    # had handled up to there is in the stream, so a checkpoint that lost its own resourceVersion
+    # can resume the watch from it (and see what happened since, terminal states included)
+    # instead of relisting, which shows only the jobs that still exist.
+    resource_version: str | None = None
 
 
 def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> Recovered:
@@ -61,4 +68,17 @@ def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> 
         result.behind = True
         result.corrected += 1
         result.records[uid] = head.record
+    result.resource_version = newest_resource_version(stream.values())
     return result
+
+
+def newest_resource_version(heads: Iterable[StreamHead]) -> str | None:
+    """The highest resourceVersion among the heads; None unless every one is a plain integer (the
+    API calls them opaque: only etcd-backed servers' integers can be compared)."""
+    newest: int | None = None
+    for head in heads:
+        rv = head.resource_version
+        if not (rv and rv.isascii() and rv.isdigit()):
+            return None
+        newest = max(newest or 0, int(rv))
+    return None if newest is None else str(newest)
