@@ -269,11 +269,15 @@ def client_identity() -> tuple[bytes, bytes, bytes]:
 def files_containing(needle: bytes, *roots: Path) -> list[Path]:
     found = []
     for root in roots:
-        for path in root.rglob("*"):
-            with contextlib.suppress(OSError):
-                small = path.is_file() and not path.is_symlink() and path.stat().st_size < 1024 * 1024
-                if small and needle in path.read_bytes():
-                    found.append(path)
+        # os.walk, not rglob: other processes' temporary folders come and go during the walk, and
+        # a folder that vanished is skipped (onerror) instead of failing the scan.
+        for folder, _, names in os.walk(root, onerror=lambda _: None):
+            for name in names:
+                path = Path(folder) / name
+                with contextlib.suppress(OSError):
+                    small = path.is_file() and not path.is_symlink() and path.stat().st_size < 1024 * 1024
+                    if small and needle in path.read_bytes():
+                        found.append(path)
     return found
 
 
