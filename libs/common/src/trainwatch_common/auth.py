@@ -8,6 +8,7 @@ An admin may do what a viewer may.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import time
 from collections import deque
@@ -35,6 +36,16 @@ _GRANTS: dict[Role, frozenset[Role]] = {
 MIN_TOKEN_LENGTH = 16
 # What the shipped examples say and what people type when they mean "fill in later".
 _PLACEHOLDERS = ("replace-me", "replaceme", "replace_me", "changeme", "change-me", "change_me", "example")
+
+
+def token_id(token: str) -> str:
+    """A short, stable name for a token in audit lines: which token acted, without the token.
+
+    Tokens are long random strings (start-up refuses short or placeholder ones), so a prefix of
+    their SHA-256 cannot be turned back into one. The dashboard and the registry name the same
+    token the same way, so one admin change can be followed through both logs.
+    """
+    return hashlib.sha256(token.encode()).hexdigest()[:12]
 
 
 def weak_token_reason(token: str) -> str | None:

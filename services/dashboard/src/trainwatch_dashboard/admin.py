@@ -6,7 +6,7 @@ before it is kept in an HttpOnly, SameSite=Strict cookie; it is forwarded as the
 the calls that change clusters, so the registry decides what it may do. Pages never contain it
 and nothing logs it. The forms post JSON from the page's script, so a pasted kubeconfig stays in
 the browser's text box and is never echoed back. Every admin change is logged with the short id
-of the token that made it (guard.token_id), the client address and the outcome.
+of the token that made it (trainwatch_common.auth.token_id), the client address and the outcome.
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from urllib.parse import parse_qs, quote
 from fastapi import APIRouter, Depends, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from trainwatch_common.auth import token_id
 from trainwatch_dashboard import presenters
 from trainwatch_dashboard.backends import BackendError, BackendRefused
-from trainwatch_dashboard.guard import TooManyFailures, token_id
+from trainwatch_dashboard.guard import TooManyFailures
 from trainwatch_dashboard.i18n import translator
 from trainwatch_dashboard.pages import backend_problem
 from trainwatch_dashboard.web import (

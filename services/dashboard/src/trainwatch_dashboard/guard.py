@@ -30,15 +30,6 @@ class TooManyFailures(Exception):
         self.retry_after = retry_after
 
 
-def token_id(token: str) -> str:
-    """A short, stable name for a token in audit lines: which token acted, without the token.
-
-    Tokens are long random strings (start-up refuses short or placeholder ones), so a prefix of
-    their SHA-256 cannot be turned back into one.
-    """
-    return hashlib.sha256(token.encode()).hexdigest()[:12]
-
-
 class SignInGuard:
     def __init__(
         self,

@@ -396,3 +396,28 @@ async def test_v13_watcher_reads_only_clusters_it_holds_the_lease_of(registry: H
     assert await status("gpu-a", holder_of_a) == 403
     # An unknown cluster is refused the same way: a refused caller learns nothing.
     assert await status("nope", holder_of_a) == 403
+
+
+async def test_v10_admin_changes_through_the_api_record_who_made_them(
+    registry_on: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """V10: a change made with the CLI or a script (not through the dashboard) named nobody."""
+    from registry_kubeconfigs import ADMIN, create_body
+
+    from trainwatch_common.auth import token_id
+
+    caplog.set_level(logging.INFO, logger="trainwatch_registry.audit")
+    client = registry_on.client
+    await registry_on.create(create_body("audited"))
+    patched = await client.patch("/v1/clusters/audited", json={"name": "Audited"}, headers=ADMIN)
+    assert patched.status_code == 200
+    assert (await client.delete("/v1/clusters/audited", headers=ADMIN)).status_code == 204
+    changes = [r for r in caplog.records if r.getMessage() == "cluster changed by an admin"]
+    assert [(r.action, r.cluster_id) for r in changes] == [  # type: ignore[attr-defined]
+        ("create", "audited"),
+        ("update", "audited"),
+        ("remove", "audited"),
+    ]
+    admin_token = ADMIN["Authorization"].removeprefix("Bearer ")
+    assert {r.actor for r in changes} == {token_id(admin_token)}  # type: ignore[attr-defined]
+    assert admin_token not in caplog.text

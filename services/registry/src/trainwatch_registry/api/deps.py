@@ -10,7 +10,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from trainwatch_common.auth import ApiTokens, Role
+from trainwatch_common.auth import ApiTokens, Role, token_id
 from trainwatch_registry.kubeconfig import SanitizedKubeconfig
 from trainwatch_registry.lease_proofs import LeaseProofs
 from trainwatch_registry.models import ConnectivityReport
@@ -79,5 +79,22 @@ def _caller_role(required: Role) -> Callable[..., Awaitable[Role]]:
 
 
 AdminDep = Annotated[Role, Depends(_caller_role(Role.ADMIN))]
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """Who made an admin change, for the audit log: the token's id (never the token) and address."""
+
+    token: str
+    client: str
+
+
+async def _actor(
+    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+) -> Actor:
+    return Actor(token=token_id(credentials.credentials) if credentials else "-", client=_client(request))
+
+
+ActorDep = Annotated[Actor, Depends(_actor)]
 ViewerDep = Annotated[Role, Depends(_caller_role(Role.VIEWER))]
 WatcherDep = Annotated[Role, Depends(_caller_role(Role.WATCHER))]

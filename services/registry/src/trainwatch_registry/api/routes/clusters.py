@@ -12,7 +12,7 @@ from redis.exceptions import RedisError
 from trainwatch_common import ClusterConnection
 from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
 from trainwatch_common.leases import LEASE_PROOF_HEADER
-from trainwatch_registry.api.deps import AdminDep, ServicesDep, ViewerDep, WatcherDep
+from trainwatch_registry.api.deps import Actor, ActorDep, AdminDep, ServicesDep, ViewerDep, WatcherDep
 from trainwatch_registry.api.errors import ERROR_RESPONSES
 from trainwatch_registry.importer import import_directory
 from trainwatch_registry.models import (
@@ -69,6 +69,7 @@ async def create_cluster(
     body: ClusterCreate,
     services: ServicesDep,
     _: AdminDep,
+    actor: ActorDep,
     response: Response,
     dry_run: Annotated[bool, Query(description="Validate and test connectivity; store nothing")] = False,
 ) -> ClusterPublic | DryRunResult:
@@ -76,7 +77,9 @@ async def create_cluster(
         sanitized, preview = services.registry.preview(body)
         response.status_code = status.HTTP_200_OK
         return DryRunResult(cluster=preview, connectivity=await services.check_connectivity(sanitized))
-    return await services.registry.create(body)
+    created = await services.registry.create(body)
+    _audit_change(actor, "create", created.id, created.revision)
+    return created
 
 
 @router.get("/clusters", response_model=ClustersPublic, responses=_REFUSED)
@@ -105,15 +108,35 @@ async def get_cluster(cluster_id: ClusterIdPath, services: ServicesDep, _: Viewe
     summary="Change a cluster; a kubeconfig here rotates its credentials",
 )
 async def update_cluster(
-    cluster_id: ClusterIdPath, body: ClusterUpdate, services: ServicesDep, _: AdminDep
+    cluster_id: ClusterIdPath, body: ClusterUpdate, services: ServicesDep, _: AdminDep, actor: ActorDep
 ) -> ClusterPublic:
-    return await services.registry.update(cluster_id, body)
+    updated = await services.registry.update(cluster_id, body)
+    action = "rotate" if body.kubeconfig is not None else "update"
+    _audit_change(actor, action, cluster_id, updated.revision)
+    return updated
 
 
 @router.delete("/clusters/{cluster_id}", status_code=status.HTTP_204_NO_CONTENT, responses=_NOT_FOUND)
-async def delete_cluster(cluster_id: ClusterIdPath, services: ServicesDep, _: AdminDep) -> Response:
+async def delete_cluster(
+    cluster_id: ClusterIdPath, services: ServicesDep, _: AdminDep, actor: ActorDep
+) -> Response:
     await services.registry.delete(cluster_id)
+    _audit_change(actor, "remove", cluster_id, None)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+def _audit_change(actor: Actor, action: str, cluster_id: str, revision: int | None) -> None:
+    """One line per admin change, whoever made it (dashboard, CLI, a script)."""
+    audit.info(
+        "cluster changed by an admin",
+        extra={
+            "action": action,
+            "cluster_id": cluster_id,
+            "revision": revision,
+            "actor": actor.token,
+            "client": actor.client,
+        },
+    )
 
 
 @router.post(
