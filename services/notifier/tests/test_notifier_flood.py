@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from nats.js import JetStreamContext
 from notifier_support import feishu_rules, make_event, publish, running, settings_for
 
@@ -119,3 +121,36 @@ async def test_a_burst_with_long_reasons_is_told_whole_within_the_body_limit(
     )
     assert "— BackoffLimitExceeded/EEE" in digest_markdown  # each listed job keeps a trimmed reason
     assert "E" * 1000 not in digest_markdown
+
+
+async def test_a_burst_larger_than_the_redis_pool_waits_for_connections_not_for_an_outage(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """make run: a burst held back more events (each waiting for its job's turn) than redis-py's
+    default pool holds connections (100); the rest failed with MaxConnectionsError, which the consumer logged and waited out as a
+    Redis outage, hundreds of times. The pool now blocks until a connection is free."""
+    digest = "    digest: {threshold: 10, window_seconds: 60, hold_seconds: 1.0, max_listed: 10}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=digest))
+    settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules, redis_max_connections=4)
+    caplog.set_level(logging.WARNING, logger="trainwatch_notifier")
+    async with running(Notifier(settings)):
+        # Five events each of 40 jobs: each job's later events are held back behind its earlier
+        # ones, and every one held back asks Redis for its turn.
+        for sequence in range(1, 6):
+            for index in range(40):
+                event = make_event(name=f"burst-{index:03d}", uid=f"uid-{index}", sequence=sequence)
+                await publish(js, event)
+
+        async def acked() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(acked, timeout=30, message="every event settled")
+    outages = [r for r in caplog.records if "redis unavailable" in r.getMessage()]
+    assert outages == [], f"{len(outages)} waits for a Redis that was up"
+    assert (await js.stream_info("DEADLETTER")).state.messages == 0

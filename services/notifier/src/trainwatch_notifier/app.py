@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import nats
 from nats.aio.client import Client as NATS
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
@@ -82,7 +82,13 @@ class Notifier:
             max_reconnect_attempts=-1,
             **settings.nats_auth(),
         )
-        self._redis = Redis.from_url(settings.redis_url)
+        # A blocking pool: a burst fetches more events than there are connections, and each waits
+        # for one; redis-py's default pool fails the 101st with MaxConnectionsError instead, which
+        # the consumer took for a Redis outage.
+        pool = BlockingConnectionPool.from_url(
+            settings.redis_url, max_connections=settings.redis_max_connections
+        )
+        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
         client = self._http_client or httpx.AsyncClient(follow_redirects=False)
         try:
             await self._serve(stop, self._nc, self._redis, client)

@@ -19,6 +19,9 @@ class NotifierSettings(ServiceSettings):
     dashboard_url: str = Field("http://127.0.0.1:8080", description="Base URL of the dashboard for job links")
 
     redis_prefix: str = Field("trainwatch", description="Prefix of the notifier's Redis keys")
+    redis_max_connections: int = Field(
+        50, ge=1, description="Redis connections shared by the consumer, the order keeper and the senders"
+    )
     idempotency_ttl_seconds: int = Field(
         14 * 24 * 3600, gt=0, description="How long a (event, channel) send is remembered (> JOBS max_age)"
     )
