@@ -132,8 +132,9 @@ async def test_a_burst_larger_than_the_redis_pool_waits_for_connections_not_for_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """make run: a burst held back more events (each waiting for its job's turn) than redis-py's
-    default pool holds connections (100); the rest failed with MaxConnectionsError, which the consumer logged and waited out as a
-    Redis outage, hundreds of times. The pool now blocks until a connection is free."""
+    default pool holds connections (100); the rest failed with MaxConnectionsError, which the
+    consumer logged and waited out as a Redis outage, hundreds of times. The pool now blocks
+    until a connection is free."""
     digest = "    digest: {threshold: 10, window_seconds: 60, hold_seconds: 1.0, max_listed: 10}"
     rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=digest))
     settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules, redis_max_connections=4)
