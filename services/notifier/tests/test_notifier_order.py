@@ -155,3 +155,32 @@ async def test_an_elder_nobody_keeps_alive_stops_holding_its_job_back(redis: Red
         return not again.older_held
 
     await eventually(free, timeout=5, message="the dead holder's entry goes stale")
+
+
+async def test_a_jobs_events_keep_their_order_when_redis_loses_its_data_mid_send(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """FLUSHALL while a Restarting waits for its token: its claim and its job's order entry are
+    gone. The Restarting must still go first; put back, its Succeeded overtook it."""
+    limits = "    rate_limits: [{count: 1, per_seconds: 2}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
+    async with running(notifier):
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
+        await publish(js, restarting)
+        await eventually(
+            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            message="the Restarting is taken and waits for a token",
+        )
+        await redis.flushall()
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2))
+        await eventually(lambda: len(feishu_sink.received) == 3, timeout=20, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink)[1:] == [RESTARTING, SUCCEEDED]

@@ -54,9 +54,14 @@ return #KEYS
 
 # KEYS[i] holds ARGV[i] (the marker we expect); all of them or none are set to ARGV[#KEYS + 1].
 # Returns 1 if they were set, 0 if any marker had changed (another sender took that one over).
+# A key that is gone (Redis lost its data: FLUSHALL, a fresh data dir) is not a marker someone
+# else wrote: nobody has claimed it since, so ours is written back and the delivery goes on in
+# its place (putting it back would let the job's newer events, whose order entries were lost
+# too, overtake it).
 _SWAP = """
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) ~= ARGV[i] then
+  local found = redis.call('GET', key)
+  if found and found ~= ARGV[i] then
     return 0
   end
 end
