@@ -26,7 +26,7 @@ from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError,
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
 from trainwatch_notifier.digest import BurstDetector
-from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep
+from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
 from trainwatch_notifier.rules import Delivery, Owner
 
@@ -278,14 +278,14 @@ class ChannelWorker:
         deadline = deps.clock() + deps.retry_max_seconds
         attempt = 0
         while True:
-            waited = await self._bucket.acquire()
-            if waited:
-                metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(waited)
+            token = await self._bucket.acquire()
+            if token.waited:
+                metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(token.waited)
             if attempt > 0 or any(claim.state != "sending" for claim in lane.claims):
                 lane.claims = await self._swap_claims(deps.keys.begin_request, lane.claims)
             started = time.perf_counter()
             try:
-                await self.channel.post(body)
+                await self._post(body, token)
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
                 if not exc.maybe_delivered:  # the bot answered "no": nothing went out
@@ -311,6 +311,16 @@ class ChannelWorker:
             metrics.SEND_SECONDS.labels(self.name).observe(time.perf_counter() - started)
             metrics.SENDS.labels(self.name, kind, "ok").inc()
             return
+
+    async def _post(self, body: Body, token: Token) -> None:
+        """One request; once it is answered (or failed), its token counts from now: the bot counted
+        the request no earlier, however long ago the token was taken."""
+        try:
+            await self.channel.post(body)
+        except Exception:
+            await self._bucket.answered(token)
+            raise
+        await self._bucket.answered(token)
 
     async def _until_redis_answers(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         """Nothing may be claimed or posted without Redis: wait for it, with back-off."""
