@@ -277,6 +277,7 @@ class ChannelWorker:
         deps = self.deps
         deadline = deps.clock() + deps.retry_max_seconds
         attempt = 0
+        unanswered = False  # an earlier attempt may have reached the bot: its outcome stays unknown
         while True:
             token = await self._bucket.acquire()
             if token.waited:
@@ -288,7 +289,8 @@ class ChannelWorker:
                 await self._post(body, token)
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
-                if not exc.maybe_delivered:  # the bot answered "no": nothing went out
+                unanswered = unanswered or exc.maybe_delivered
+                if not unanswered:  # the bot answered "no" to every attempt: nothing went out
                     lane.claims = await self._swap_claims(deps.keys.end_request, lane.claims)
                 attempt += 1
                 backoff = min(deps.retry_cap_seconds, deps.retry_base_seconds * 2 ** (attempt - 1))
