@@ -8,7 +8,9 @@ A key's value says where its delivery is, so a crash is never mistaken for "not 
    "held" marker older than ``unconfirmed_after`` takes it over and sends.
 2. ``begin_request``: ``"sending|<instance>|<ts>"``, only if the marker is still ours, just
    before each HTTP attempt. After an attempt the bot answered with a refusal (429, 5xx, its
-   rate-limit code) ``end_request`` puts "held" back for the back-off: it did not go out.
+   rate-limit code) ``end_request`` puts "held" back for the back-off: it did not go out (unless
+   an earlier attempt of the same delivery went unanswered: then it stays "sending"). A marker
+   of ours that Redis lost (FLUSHALL, a fresh data dir) is written back by the next swap.
 3. ``mark_sent``: ``SET key "sent|<ts>"`` once the bot confirmed, before the JetStream ack.
 
 A crash after 3 and before the ack: the redelivered event finds "sent" and is acked, no resend.
