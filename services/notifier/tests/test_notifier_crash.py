@@ -223,3 +223,63 @@ async def test_killed_while_backing_off_from_an_outage_is_sent_after_the_restart
         await eventually(lambda: all_acked(js), timeout=30, message="the event is settled")
     assert (await js.stream_info("DEADLETTER")).state.messages == 0  # not "unconfirmed-send"
     assert len(sinks.accepted.get("webhook", [])) == 1  # sent once, after the restart
+
+
+async def test_killed_after_an_unanswered_attempt_then_a_refusal_is_not_sent_again(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    rules_path: Callable[[str], Path],
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 reaches the bot but its answer never comes (read timeout); attempt 2 is refused
+    (11232). The refusal says nothing about attempt 1: the marker must stay "sending", so the copy
+    after a kill -9 is dead-lettered as unconfirmed rather than posted a second time."""
+    await short_ack_wait_consumer(js)
+    sink = FeishuSink(secret="demo", rate_limits=((1, 5.0),))  # attempt 1 counted: 2 is refused
+    await sink.start()
+    try:
+        sink.release.clear()  # the bot takes the request but does not answer
+        rules = rules_path(
+            feishu_rules(
+                sink.url("ml"),
+                channel_extra="    timeout_seconds: 0.5\n    rate_limits: []\n    digest: {enabled: false}",
+            )
+        )
+        log_path = tmp_path / "notifier.log"
+        env = {
+            "TRAINWATCH_NATS_URL": nats_url,
+            "TRAINWATCH_REDIS_URL": redis_url,
+            "TRAINWATCH_RULES_FILE": str(rules),
+            "TRAINWATCH_HTTP_PORT": "0",
+            "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "1",
+            "TRAINWATCH_RETRY_BASE_SECONDS": "0.1",
+            "TRAINWATCH_RETRY_CAP_SECONDS": "20",
+            "TRAINWATCH_LOG_FORMAT": "text",
+        }
+        process = notifier_process(env, log_path)
+        try:
+            await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+            await publish(js, make_event())
+            await eventually(
+                lambda: "reason=feishu-rate-limited" in log_path.read_text(),
+                timeout=20,
+                message="attempt 1 got no answer, attempt 2 was refused",
+            )
+            kill(process)
+        finally:
+            if process.poll() is None:
+                kill(process)
+        sink.release.set()
+        assert len(sink.received) == 1
+
+        settings = settings_for(
+            nats_url=nats_url, redis_url=redis_url, rules_file=rules, unconfirmed_after_seconds=1.0
+        )
+        async with running(Notifier(settings)):
+            await eventually(lambda: all_acked(js), timeout=30, message="the event is settled")
+        info = await js.stream_info("DEADLETTER", subjects_filter="deadletter.v1.>")
+        assert info.state.subjects == {"deadletter.v1.notifier.unconfirmed-send": 1}
+        assert len(sink.received) == 1  # never twice
+    finally:
+        await sink.stop()

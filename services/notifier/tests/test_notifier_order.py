@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from nats.js import JetStreamContext
 from notifier_support import (
     all_acked,
@@ -22,6 +23,7 @@ from redis.asyncio import Redis
 
 from trainwatch_common import Phase
 from trainwatch_common.testing import RedisServer, eventually
+from trainwatch_notifier import consumer as consumer_module
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.sink import FeishuSink
@@ -33,6 +35,7 @@ def titles(sink: FeishuSink) -> list[str]:
 
 RESTARTING = "🔁 PyTorchJob team-a/train-9 Restarting"
 SUCCEEDED = "✅ PyTorchJob team-a/train-9 Succeeded"
+SUSPENDED = "⏸️ PyTorchJob team-a/train-9 Suspended"
 
 
 async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_older(
@@ -155,3 +158,70 @@ async def test_an_elder_nobody_keeps_alive_stops_holding_its_job_back(redis: Red
         return not again.older_held
 
     await eventually(free, timeout=5, message="the dead holder's entry goes stale")
+
+
+async def test_a_jobs_events_keep_their_order_when_redis_loses_its_data_mid_send(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """FLUSHALL while a Restarting waits for its token: its claim and its job's order entry are
+    gone. The Restarting must still go first; put back, its Succeeded overtook it."""
+    limits = "    rate_limits: [{count: 1, per_seconds: 2}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
+    async with running(notifier):
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
+        await publish(js, restarting)
+        await eventually(
+            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            message="the Restarting is taken and waits for a token",
+        )
+        await redis.flushall()
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2))
+        await eventually(lambda: len(feishu_sink.received) == 3, timeout=20, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink)[1:] == [RESTARTING, SUCCEEDED]
+
+
+async def test_an_event_held_back_here_keeps_its_place_when_redis_loses_the_job_order(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Suspended held back behind its Restarting (which waits for a token) when Redis loses the
+    job order: the Succeeded fetched next must wait for both, though Redis no longer says so."""
+    # the held-back Suspended looks again only when its job has news, not on its own timer (which
+    # would write its entry back into Redis before the Succeeded is fetched)
+    monkeypatch.setattr(consumer_module, "ORDER_POLL_SECONDS", 60.0)
+    limits = "    rate_limits: [{count: 1, per_seconds: 2}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
+    async with running(notifier):
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
+        await publish(js, restarting)
+        await eventually(
+            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            message="the Restarting is taken and waits for a token",
+        )
+        await publish(js, make_event(name="train-9", phase=Phase.SUSPENDED, sequence=2))
+        await eventually(
+            lambda: redis.hexists(f"trainwatch:order:alpha:{restarting.job.uid}", "2"),
+            message="the Suspended is held back behind the Restarting",
+        )
+        await redis.flushall()
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=3))
+        await eventually(lambda: len(feishu_sink.received) == 4, timeout=20, message="all three told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink)[1:] == [RESTARTING, SUSPENDED, SUCCEEDED]

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -99,16 +100,28 @@ class JobConsumer:
         self._room = asyncio.Event()
         self._room.set()
         self._held_back: set[asyncio.Task[None]] = set()  # events waiting for an elder of their job
+        # The sequences of each job's events this process holds (fetched, not yet acked or put
+        # back): the job order in Redis says the same, unless Redis lost its data meanwhile.
+        self._here: dict[JobKey, Counter[int]] = {}
         self._news: dict[JobKey, asyncio.Event] = {}  # set when one of the job's events is settled
         self._to_acknowledge: asyncio.Queue[tuple[PendingMessage, bool]] = asyncio.Queue()
 
     def _hold(self, pending: PendingMessage) -> None:
         self.pending.add(pending)
+        self._here.setdefault(job_key(pending.event), Counter())[pending.event.sequence] += 1
         metrics.PENDING.set(len(self.pending))
         if len(self.pending) >= self._max_in_flight:
             self._room.clear()
 
     def _release(self, pending: PendingMessage) -> None:
+        if pending in self.pending:
+            key = job_key(pending.event)
+            here = self._here[key]
+            here[pending.event.sequence] -= 1
+            if here[pending.event.sequence] <= 0:
+                del here[pending.event.sequence]
+            if not here:
+                del self._here[key]
         self.pending.discard(pending)
         metrics.PENDING.set(len(self.pending))
         if len(self.pending) < self._max_in_flight:
@@ -116,6 +129,11 @@ class JobConsumer:
         news = self._news.pop(job_key(pending.event), None)
         if news is not None:
             news.set()
+
+    def _older_here(self, event: JobStatusEvent) -> bool:
+        """An older event of the job is held by this process: it goes first, whatever Redis says
+        (a FLUSHALL or a fresh data dir loses the job order while events are under way)."""
+        return any(sequence < event.sequence for sequence in self._here.get(job_key(event), ()))
 
     async def _settled(self, pending: PendingMessage, retry: bool) -> None:
         """All its channels are done with it: hand it to ``acknowledge`` (a channel's sender goes
@@ -195,7 +213,9 @@ class JobConsumer:
             lambda: self._order.take_places([pending.event for pending in held]), "order events"
         )
         for pending, place in zip(held, places, strict=True):
-            if place.ready(waited_seconds=0.0, grace_seconds=ORDER_GRACE_SECONDS):
+            if place.ready(waited_seconds=0.0, grace_seconds=ORDER_GRACE_SECONDS) and not self._older_here(
+                pending.event
+            ):
                 await self._route(pending, late=place.late)
             else:
                 task = asyncio.create_task(
@@ -218,7 +238,9 @@ class JobConsumer:
             [place] = await self._until_redis_answers(
                 lambda: self._order.take_places([pending.event]), "order an event"
             )
-            if place.ready(waited_seconds=loop.time() - started, grace_seconds=ORDER_GRACE_SECONDS):
+            if place.ready(
+                waited_seconds=loop.time() - started, grace_seconds=ORDER_GRACE_SECONDS
+            ) and not self._older_here(pending.event):
                 break
         try:
             await self._route(pending, late=place.late)
@@ -295,6 +317,7 @@ class JobConsumer:
             with contextlib.suppress(Exception):
                 await pending.msg.nak()
         self.pending.clear()
+        self._here.clear()
 
     async def close(self) -> None:
         """Stop the held-back events' tasks (their messages stay unacked: JetStream redelivers)."""

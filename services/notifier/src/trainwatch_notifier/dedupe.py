@@ -8,7 +8,9 @@ A key's value says where its delivery is, so a crash is never mistaken for "not 
    "held" marker older than ``unconfirmed_after`` takes it over and sends.
 2. ``begin_request``: ``"sending|<instance>|<ts>"``, only if the marker is still ours, just
    before each HTTP attempt. After an attempt the bot answered with a refusal (429, 5xx, its
-   rate-limit code) ``end_request`` puts "held" back for the back-off: it did not go out.
+   rate-limit code) ``end_request`` puts "held" back for the back-off: it did not go out (unless
+   an earlier attempt of the same delivery went unanswered: then it stays "sending"). A marker
+   of ours that Redis lost (FLUSHALL, a fresh data dir) is written back by the next swap.
 3. ``mark_sent``: ``SET key "sent|<ts>"`` once the bot confirmed, before the JetStream ack.
 
 A crash after 3 and before the ack: the redelivered event finds "sent" and is acked, no resend.
@@ -54,9 +56,14 @@ return #KEYS
 
 # KEYS[i] holds ARGV[i] (the marker we expect); all of them or none are set to ARGV[#KEYS + 1].
 # Returns 1 if they were set, 0 if any marker had changed (another sender took that one over).
+# A key that is gone (Redis lost its data: FLUSHALL, a fresh data dir) is not a marker someone
+# else wrote: nobody has claimed it since, so ours is written back and the delivery goes on in
+# its place (putting it back would let the job's newer events, whose order entries were lost
+# too, overtake it).
 _SWAP = """
 for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) ~= ARGV[i] then
+  local found = redis.call('GET', key)
+  if found and found ~= ARGV[i] then
     return 0
   end
 end

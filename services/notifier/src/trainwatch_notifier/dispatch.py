@@ -16,7 +16,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 from redis.exceptions import RedisError
 
@@ -26,11 +26,13 @@ from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError,
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
 from trainwatch_notifier.digest import BurstDetector
-from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep
+from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
 from trainwatch_notifier.rules import Delivery, Owner
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class Settler(Protocol):
@@ -236,17 +238,12 @@ class ChannelWorker:
 
     async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
         keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
-        try:
-            # Without rate limits the request follows the claim at once: claim it as "sending"
-            # (one round trip fewer); with them, "held" for the wait for a token.
-            claims = await self.deps.keys.claim(keys, state="held" if self._bucket.limits else "sending")
-        except RedisError as exc:
-            log.warning(
-                "redis unavailable, events put back", extra={"channel": self.name, "error": repr(exc)}
-            )
-            for item in items:
-                await item.message.settle(self.name, retry=True)
-            return []
+        # Without rate limits the request follows the claim at once: claim it as "sending" (one
+        # round trip fewer); with them, "held" for the wait for a token. While Redis is away the
+        # items wait here, in their lane's order: put back, they would return after a delay, and a
+        # job's newer event could overtake them if Redis comes back without its data.
+        state: Literal["held", "sending"] = "held" if self._bucket.limits else "sending"
+        claims = await self._until_redis_answers(lambda: self.deps.keys.claim(keys, state=state), "claim")
         claimed: list[tuple[Item, Claim]] = []
         for item, claim in zip(items, claims, strict=True):
             if claim.mine:
@@ -280,18 +277,20 @@ class ChannelWorker:
         deps = self.deps
         deadline = deps.clock() + deps.retry_max_seconds
         attempt = 0
+        unanswered = False  # an earlier attempt may have reached the bot: its outcome stays unknown
         while True:
-            waited = await self._bucket.acquire()
-            if waited:
-                metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(waited)
+            token = await self._bucket.acquire()
+            if token.waited:
+                metrics.RATE_LIMIT_WAIT_SECONDS.labels(self.name).inc(token.waited)
             if attempt > 0 or any(claim.state != "sending" for claim in lane.claims):
                 lane.claims = await self._swap_claims(deps.keys.begin_request, lane.claims)
             started = time.perf_counter()
             try:
-                await self.channel.post(body)
+                await self._post(body, token)
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
-                if not exc.maybe_delivered:  # the bot answered "no": nothing went out
+                unanswered = unanswered or exc.maybe_delivered
+                if not unanswered:  # the bot answered "no" to every attempt: nothing went out
                     lane.claims = await self._swap_claims(deps.keys.end_request, lane.claims)
                 attempt += 1
                 backoff = min(deps.retry_cap_seconds, deps.retry_base_seconds * 2 ** (attempt - 1))
@@ -315,20 +314,36 @@ class ChannelWorker:
             metrics.SENDS.labels(self.name, kind, "ok").inc()
             return
 
+    async def _post(self, body: Body, token: Token) -> None:
+        """One request; once it is answered (or failed), its token counts from now: the bot counted
+        the request no earlier, however long ago the token was taken."""
+        try:
+            await self.channel.post(body)
+        except Exception:
+            await self._bucket.answered(token)
+            raise
+        await self._bucket.answered(token)
+
+    async def _until_redis_answers(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        """Nothing may be claimed or posted without Redis: wait for it, with back-off."""
+        delay = 0.1
+        while True:
+            try:
+                return await operation()
+            except RedisError as exc:
+                log.warning(
+                    "redis unavailable, waiting",
+                    extra={"channel": self.name, "action": what, "error": repr(exc)},
+                )
+                await self.deps.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
     async def _swap_claims(
         self, swap: Callable[[list[Claim]], Awaitable[list[Claim] | None]], claims: list[Claim]
     ) -> list[Claim]:
         """Move our markers to their next state, waiting while Redis is away (nothing may be
         posted without it); ClaimLost if another sender has taken any of them over."""
-        delay = 0.1
-        while True:
-            try:
-                swapped = await swap(claims)
-                break
-            except RedisError as exc:
-                log.warning("cannot mark a send yet", extra={"channel": self.name, "error": repr(exc)})
-                await self.deps.sleep(delay)
-                delay = min(delay * 2, 5.0)
+        swapped = await self._until_redis_answers(lambda: swap(claims), "mark a send")
         if swapped is None:
             raise ClaimLost()
         return swapped

@@ -6,20 +6,28 @@ how Feishu's "5/s and 100/min" reads), whereas a bucket refilled at a constant r
 ``2*count - 1`` through in one window (a full bucket, then the refill). A margin (0.2 s) absorbs
 the difference between when we send and when the bot counts the request.
 
+A token is taken before the request, but the bot counts the request when it arrives, which can
+be much later: the sender may wait for Redis to mark the send, or be stalled. So once the bot has
+answered, the token is stamped again with the time of the answer (``answered``): it comes back
+``per_seconds`` after the bot counted the request, however late the request went out.
+
 Replicas that post to the same bot must share its budget, so by default the buckets live in
 Redis (one sorted set per bot and limit, checked and taken in one Lua script on Redis's clock).
-If Redis cannot be reached the process falls back to its local bucket for that send.
+The process's own bucket counts its sends too, and a token is taken only when both have one: if
+Redis loses its data (FLUSHALL, a fresh data dir) the shared sets are empty, but this process's
+sends of the last minute still count. If Redis cannot be reached the local bucket decides alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import logging
 import time
 import uuid
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 from redis.asyncio import Redis
@@ -54,12 +62,37 @@ end
 return 0
 """
 
+# KEYS: the sorted sets of one bucket. ARGV: window_ms_1, ..., member. The token ``member`` is
+# stamped with Redis's time now (added back if it had expired meanwhile).
+_SHARED_ANSWERED = """
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, now, ARGV[#ARGV])
+  redis.call('PEXPIRE', key, tonumber(ARGV[i]) + 1000)
+end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    """One spent token: how long it took to get, and how to find it again to stamp it."""
+
+    waited: float
+    local: float | None = None  # when the local bucket counted it
+    member: str | None = None  # its name in the shared sorted sets
+
 
 class Bucket(Protocol):
     limits: tuple[tuple[int, float], ...]
 
-    async def acquire(self) -> float:
-        """Wait for a token; returns the time waited."""
+    async def acquire(self) -> Token:
+        """Wait for a token (returns it, with the time waited)."""
+        ...
+
+    async def answered(self, token: Token) -> None:
+        """The bot answered the request this token was taken for: it counts from now."""
         ...
 
 
@@ -76,33 +109,57 @@ class TokenBucket:
         self._clock = clock
         self._sleep = sleep
         self._margin = margin
-        self._spent: list[deque[float]] = [deque() for _ in self.limits]
+        self._spent: list[list[float]] = [[] for _ in self.limits]  # sorted times of spent tokens
         self._lock = asyncio.Lock()
 
-    def try_acquire(self) -> float:
-        """Take a token from every limit and return 0, or return how long to wait (taking nothing)."""
+    def wait_time(self) -> float:
+        """How long until every limit has a token (0: now); takes nothing."""
         now = self._clock()
         wait = 0.0
         for (count, per_seconds), spent in zip(self.limits, self._spent, strict=True):
             window = per_seconds + self._margin
-            while spent and spent[0] <= now - window:
-                spent.popleft()
+            expired = bisect.bisect_right(spent, now - window)
+            del spent[:expired]
             if len(spent) >= count:
-                wait = max(wait, spent[0] + window - now)
+                wait = max(wait, spent[-count] + window - now)
+        return wait
+
+    def take(self) -> float:
+        """Count a token spent now in every limit (whether or not there was room); returns now."""
+        now = self._clock()
+        for spent in self._spent:
+            bisect.insort(spent, now)
+        return now
+
+    def try_acquire(self) -> float:
+        """Take a token from every limit and return 0, or return how long to wait (taking nothing)."""
+        wait = self.wait_time()
         if wait > 0:
             return wait
-        for spent in self._spent:
-            spent.append(now)
+        self.take()
         return 0.0
 
-    async def acquire(self) -> float:
-        """Wait for a token; returns the time waited. Waiters are served in order."""
+    def restamp(self, spent_at: float) -> None:
+        """The token spent at ``spent_at`` counts from now (if it had expired, it counts again)."""
+        now = self._clock()
+        for spent in self._spent:
+            i = bisect.bisect_left(spent, spent_at)
+            if i < len(spent) and spent[i] == spent_at:
+                del spent[i]
+            bisect.insort(spent, now)
+
+    async def acquire(self) -> Token:
+        """Wait for a token. Waiters are served in order."""
         waited = 0.0
         async with self._lock:
-            while (wait := self.try_acquire()) > 0:
+            while (wait := self.wait_time()) > 0:
                 await self._sleep(wait)
                 waited += wait
-        return waited
+            return Token(waited, local=self.take())
+
+    async def answered(self, token: Token) -> None:
+        if token.local is not None and self.limits:
+            self.restamp(token.local)
 
 
 class SharedTokenBucket:
@@ -129,15 +186,21 @@ class SharedTokenBucket:
         self._fallback = fallback
         self._sleep = sleep
         self._script = redis.register_script(_SHARED_ACQUIRE)
+        self._answered = redis.register_script(_SHARED_ANSWERED)
         self._lock = asyncio.Lock()
 
-    async def acquire(self) -> float:
+    async def acquire(self) -> Token:
         if not self.limits:
-            return 0.0
+            return Token(0.0)
         args: list[int | str] = [value for pair in self._windows for value in pair]
         waited = 0.0
         async with self._lock:
             while True:
+                # Our own sends count whatever Redis remembers (it may have lost its data).
+                if (local_wait := self._fallback.wait_time()) > 0:
+                    await self._sleep(local_wait)
+                    waited += local_wait
+                    continue
                 member = uuid.uuid4().hex
                 try:
                     wait_ms = int(await self._script(keys=self._keys, args=[*args, member]))
@@ -145,12 +208,23 @@ class SharedTokenBucket:
                     log.warning(
                         "shared rate limit unavailable, using the local one", extra={"error": repr(exc)}
                     )
-                    return waited + await self._fallback.acquire()
+                    token = await self._fallback.acquire()
+                    return Token(waited + token.waited, local=token.local)
                 if wait_ms <= 0:
-                    self._fallback.try_acquire()  # keep the local view warm for a fallback
-                    return waited
+                    return Token(waited, local=self._fallback.take(), member=member)
                 await self._sleep(wait_ms / 1000)
                 waited += wait_ms / 1000
+
+    async def answered(self, token: Token) -> None:
+        await self._fallback.answered(token)
+        if token.member is None:
+            return
+        try:
+            await self._answered(
+                keys=self._keys, args=[*(window for _, window in self._windows), token.member]
+            )
+        except RedisError as exc:  # the local bucket has it; the shared one counts it from its spend
+            log.warning("cannot stamp a spent token in redis", extra={"error": repr(exc)})
 
 
 class BotLimits:
