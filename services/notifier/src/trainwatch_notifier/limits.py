@@ -15,11 +15,7 @@ Replicas that post to the same bot must share its budget, so by default the buck
 Redis (one sorted set per bot and limit, checked and taken in one Lua script on Redis's clock).
 The process's own bucket counts its sends too, and a token is taken only when both have one: if
 Redis loses its data (FLUSHALL, a fresh data dir) the shared sets are empty, but this process's
-sends of the last minute still count. Other replicas' sends (or a predecessor's, before a restart)
-are lost with the data, so a bucket that finds its bot's marker gone takes the window as full:
-the bot waits one window rather than risk the limit. A process that starts on a Redis already
-wiped cannot tell; only a predecessor's sends of the last minute are at risk then. If Redis
-cannot be reached the local bucket decides alone.
+sends of the last minute still count. If Redis cannot be reached the local bucket decides alone.
 """
 
 from __future__ import annotations
@@ -44,30 +40,13 @@ Sleep = Callable[[float], Awaitable[None]]
 
 DEFAULT_MARGIN = 0.2  # seconds: covers network and scheduling jitter between our send and the bot's count
 
-# KEYS: one sorted set per limit, then the bot's marker. ARGV: count_1, window_ms_1, ..., member,
-# seen. Returns ms to wait (0: taken). The member names one spent token: it must be unique, or
-# ZADD overwrites a token already spent. The marker lives as long as Redis keeps its data; a caller
-# that has seen it (seen = "1") and finds it gone knows Redis lost the spent tokens of every
-# replica, and the bot may still count up to a full window of them: the window is taken as full.
+# KEYS: one sorted set per limit. ARGV: count_1, window_ms_1, ..., member. Returns ms to wait (0: taken).
+# The member names one spent token: it must be unique, or ZADD overwrites a token already spent.
 _SHARED_ACQUIRE = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
-local sets = #KEYS - 1
-if redis.call('EXISTS', KEYS[#KEYS]) == 0 then
-  redis.call('SET', KEYS[#KEYS], '1')
-  if ARGV[#ARGV] == '1' then
-    for i = 1, sets do
-      local count, window = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
-      for j = 1, count do
-        redis.call('ZADD', KEYS[i], now, 'lost-with-redis-data:' .. j)
-      end
-      redis.call('PEXPIRE', KEYS[i], window + 1000)
-    end
-  end
-end
 local wait = 0
-for i = 1, sets do
-  local key = KEYS[i]
+for i, key in ipairs(KEYS) do
   local count, window = tonumber(ARGV[2 * i - 1]), tonumber(ARGV[2 * i])
   redis.call('ZREMRANGEBYSCORE', key, '-inf', now - window)
   if redis.call('ZCARD', key) >= count then
@@ -76,9 +55,9 @@ for i = 1, sets do
   end
 end
 if wait > 0 then return wait end
-for i = 1, sets do
-  redis.call('ZADD', KEYS[i], now, ARGV[#ARGV - 1])
-  redis.call('PEXPIRE', KEYS[i], tonumber(ARGV[2 * i]) + 1000)
+for i, key in ipairs(KEYS) do
+  redis.call('ZADD', key, now, ARGV[#ARGV])
+  redis.call('PEXPIRE', key, tonumber(ARGV[2 * i]) + 1000)
 end
 return 0
 """
@@ -203,8 +182,6 @@ class SharedTokenBucket:
     ) -> None:
         self.limits = tuple(limits)
         self._keys = [f"{key}:{count}:{per}" for count, per in self.limits]
-        self._marker = f"{key}:marker"
-        self._seen_marker = False  # once seen, its absence means Redis lost its data
         self._windows = [(count, round((per + margin) * 1000)) for count, per in self.limits]
         self._fallback = fallback
         self._sleep = sleep
@@ -226,11 +203,7 @@ class SharedTokenBucket:
                     continue
                 member = uuid.uuid4().hex
                 try:
-                    seen = "1" if self._seen_marker else "0"
-                    wait_ms = int(
-                        await self._script(keys=[*self._keys, self._marker], args=[*args, member, seen])
-                    )
-                    self._seen_marker = True
+                    wait_ms = int(await self._script(keys=self._keys, args=[*args, member]))
                 except RedisError as exc:
                     log.warning(
                         "shared rate limit unavailable, using the local one", extra={"error": repr(exc)}
