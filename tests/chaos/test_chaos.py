@@ -1,4 +1,4 @@
-"""``make test`` runs the short chaos run (issue 13); deselect it with ``-m "not chaos"``.
+"""The short chaos run as a test (issue 13, marker ``chaos``): ``make test TEST_MARKERS=`` runs it.
 
 The run is a process of its own (``python -m chaos --mode short``), exactly as
 ``make chaos-short`` runs it, with a fixed seed (``CHAOS_SEED`` overrides it) so a failure is
