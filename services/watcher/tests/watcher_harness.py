@@ -242,9 +242,11 @@ class RunningWatcher:
         self._task = None
 
     async def wait_synced(
-        self, cluster_id: str, *, informers: int | None = None, timeout: float = 10.0
+        self, cluster_id: str, *, informers: int | None = None, timeout: float = 20.0
     ) -> None:
-        """Until the cluster's informers (``informers`` of them, if given) have all listed."""
+        """Until the cluster's informers (``informers`` of them, if given) have all listed.
+
+        On a timeout the message says where it stopped: no lease (and why), or which informer."""
         from trainwatch_common.testing import eventually
 
         def synced() -> bool:
@@ -262,7 +264,7 @@ class RunningWatcher:
             assert self.app is not None and self.app.supervisor is not None  # noqa: PT018
             worker = self.app.supervisor.workers.get(cluster_id)
             state = (
-                "no worker"
+                f"no worker; {self._claims_state()}"
                 if worker is None
                 else (
                     f"reachable={worker.reachable} error={worker.last_error} informers="
@@ -273,6 +275,22 @@ class RunningWatcher:
                 )
             )
             raise AssertionError(f"{exc}: {state}") from None
+
+    def _claims_state(self) -> str:
+        assert self.app is not None
+        claims = self.app.claims
+        if claims is None:
+            return "no claim loop"
+        released = {
+            sample.labels["reason"]: sample.value
+            for metric in claims.metrics.clusters_released.collect()
+            for sample in metric.samples
+            if sample.name.endswith("_total") and sample.value
+        }
+        return (
+            f"owned={claims.owned()} desired={sorted(claims._desired or [])} "
+            f"replicas={sorted(claims.replicas)} redis_ok={claims.redis_ok} released={released}"
+        )
 
     @property
     def worker(self) -> Callable[[str], Any]:
