@@ -210,12 +210,14 @@ async def bench_full_path(
     from trainwatch_common.events.clusters import WatchOptions
     from trainwatch_common.kinds import PYTORCH_JOB
     from trainwatch_common.streams import ensure_streams
-    from trainwatch_watcher.informer import Informer, InformerSpec
+    from trainwatch_watcher.informer import Informer
+    from trainwatch_watcher.informer_spec import InformerSpec
     from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
     from trainwatch_watcher.metrics import WatcherMetrics
     from trainwatch_watcher.publishing import Publisher
+    from trainwatch_watcher.records import StateWrite
     from trainwatch_watcher.settings import WatcherSettings
-    from trainwatch_watcher.state import StateStore, StateWrite
+    from trainwatch_watcher.state import StateStore
 
     settings = WatcherSettings(
         read_timeout=60.0, watch_timeout_seconds=120, use_watch_list=False, allow_loopback_servers=True
@@ -357,7 +359,7 @@ def cache_rss(conn: Any, jobs: int) -> None:
     from trainwatch_watcher import transitions
     from trainwatch_watcher.kinds.catalog import normalize_object
     from trainwatch_watcher.kinds.kubeflow_v1 import decision_inputs
-    from trainwatch_watcher.state import JobRecord, trim
+    from trainwatch_watcher.records import JobRecord, trim
 
     template = kubesim.manifest(kubesim.PYTORCHJOB, "job", "default")
     template["status"] = _status(3, True)

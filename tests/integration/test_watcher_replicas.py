@@ -58,8 +58,8 @@ from trainwatch_common.events.jobs import JobStatusEvent
 from trainwatch_common.leases import LeaseManager, replica_of
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import NatsServer, RedisServer, eventually, free_port
+from trainwatch_watcher.records import decode_record
 from trainwatch_watcher.state import PREFIX as CHECKPOINT_PREFIX
-from trainwatch_watcher.state import decode_record
 
 TTL_MS = 2000
 TTL = TTL_MS / 1000

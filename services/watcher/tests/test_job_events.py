@@ -19,7 +19,7 @@ from trainwatch_common.kinds import ALL_JOB_KINDS, PYTORCH_JOB
 from trainwatch_common.schemas import json_schemas
 from trainwatch_common.subjects import job_subject
 from trainwatch_watcher import job_events, transitions
-from trainwatch_watcher.informer import InformerSpec
+from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kinds.model import NormalizedStatus
 
 OPTIONS = WatchOptions(selected_labels=["team", "ünïcode/label"], owner_label="owner", owner_annotation="who")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from trainwatch_common.events.jobs import Phase
 from trainwatch_watcher.kinds.model import NormalizedStatus
+from trainwatch_watcher.records import JobRecord
 from trainwatch_watcher.recovery import StreamHead, recover
-from trainwatch_watcher.state import JobRecord
 from trainwatch_watcher.transitions import Slot
 
 

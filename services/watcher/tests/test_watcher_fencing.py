@@ -14,7 +14,8 @@ from trainwatch_common.kinds import PYTORCH_JOB
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually
 from trainwatch_watcher.errors import LeaseNotProven
-from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.informer import Informer
+from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher

@@ -16,8 +16,8 @@ from trainwatch_watcher.cluster_feed import DesiredClusters
 from trainwatch_watcher.cluster_worker import informer_specs
 from trainwatch_watcher.kinds.model import NormalizedStatus
 from trainwatch_watcher.kube.watching import Backoff
+from trainwatch_watcher.records import JobRecord, StateWrite, decode_record, encode_record, trim
 from trainwatch_watcher.settings import WatchTimings
-from trainwatch_watcher.state import JobRecord, StateWrite, decode_record, encode_record, trim
 from trainwatch_watcher.taskmap import TaskMap
 
 RUNNING = NormalizedStatus(phase=Phase.RUNNING, source="condition:Running", message="m" * 5000)

@@ -26,7 +26,8 @@ from trainwatch_watcher.crd_feed import follow_crds
 from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.health import HealthPublisher
 from trainwatch_watcher.history import StreamHistory
-from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.informer import Informer
+from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kind_health import kinds_health
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.kube.watching import Backoff

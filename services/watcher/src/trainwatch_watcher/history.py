@@ -29,8 +29,8 @@ from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_common.streams import JOBS_STREAM
 from trainwatch_common.subjects import job_filter
 from trainwatch_watcher.kinds.model import NormalizedStatus
+from trainwatch_watcher.records import JobRecord
 from trainwatch_watcher.recovery import StreamHead
-from trainwatch_watcher.state import JobRecord
 from trainwatch_watcher.transitions import Slot
 
 log = logging.getLogger(__name__)

@@ -26,51 +26,24 @@ from typing import Any
 from nats.js.api import PubAck
 from prometheus_client import Counter
 
-from trainwatch_common.events.clusters import WatchOptions
 from trainwatch_common.events.envelope import job_event_json
-from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors, job_events, recovery, transitions
 from trainwatch_watcher.history import StreamHistory
+from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
 from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
+from trainwatch_watcher.records import Checkpoint, JobRecord, StateWrite, trim
 from trainwatch_watcher.settings import WatchTimings
-from trainwatch_watcher.state import ALL_NAMESPACES, Checkpoint, JobRecord, StateStore, StateWrite, trim
+from trainwatch_watcher.state import StateStore
 
 log = logging.getLogger(__name__)
 
 # Events that change nothing but the resourceVersion are checkpointed once per this many.
 RV_CHECKPOINT_EVERY = 500
-
-
-@dataclass(frozen=True, slots=True)
-class InformerSpec:
-    """Everything an informer's behaviour depends on: a change of any field restarts it."""
-
-    cluster_id: str
-    kind: JobKind
-    namespace: str | None
-    options: WatchOptions
-    epoch: int
-    owner: str
-    # A kind whose same-named object completes this kind's status (the JobSet of a TrainJob).
-    companion: JobKind | None = None
-
-    @property
-    def scope(self) -> str:
-        return self.namespace or ALL_NAMESPACES
-
-    @property
-    def name(self) -> str:
-        return f"informer {self.cluster_id}/{self.kind.key}/{self.scope}"
-
-    def in_scope(self, namespace: str) -> bool:
-        if self.namespace is not None and namespace != self.namespace:
-            return False
-        return self.options.watches_namespace(namespace)
 
 
 @dataclass(slots=True)

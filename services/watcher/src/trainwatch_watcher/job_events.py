@@ -12,15 +12,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trainwatch_common.events.clusters import WatchOptions
 from trainwatch_common.events.jobs import JobStatusEvent
 from trainwatch_common.subjects import job_subject
 from trainwatch_watcher import transitions
-
-if TYPE_CHECKING:
-    from trainwatch_watcher.informer import InformerSpec
+from trainwatch_watcher.informer_spec import InformerSpec
 
 
 def event_document(

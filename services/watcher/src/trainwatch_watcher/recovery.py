@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trainwatch_watcher.state import JobRecord
+from trainwatch_watcher.records import JobRecord
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from test_normalize_fuzz import BASES, garbage, mutate, random_previous
 from trainwatch_common import kinds as catalog
 from trainwatch_watcher.kinds import MalformedObject, kubeflow_v1
 from trainwatch_watcher.kinds.catalog import decision_inputs_for
-from trainwatch_watcher.state import trim
+from trainwatch_watcher.records import trim
 
 ITERATIONS = 1500
 KUBEFLOW_V1 = [

@@ -18,20 +18,15 @@ from trainwatch_common.events.jobs import Phase
 from trainwatch_common.kinds import PYTORCH_JOB
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually
-from trainwatch_watcher.informer import Informer, InformerSpec
+from trainwatch_watcher.informer import Informer
+from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kinds.model import NormalizedStatus
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher
+from trainwatch_watcher.records import JobRecord, StateWrite, decode_record
 from trainwatch_watcher.settings import WatcherSettings
-from trainwatch_watcher.state import (
-    CheckpointFenced,
-    JobRecord,
-    StateStore,
-    StateWrite,
-    decode_record,
-    state_key,
-)
+from trainwatch_watcher.state import CheckpointFenced, StateStore, state_key
 from trainwatch_watcher.transitions import Slot
 
 EPOCH_KEY = "tw:epoch:alpha"
