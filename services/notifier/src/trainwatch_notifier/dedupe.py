@@ -31,7 +31,7 @@ from typing import Literal
 
 from redis.asyncio import Redis
 
-from trainwatch_notifier.limits import Clock
+from trainwatch_notifier.clock import Clock
 
 # One round trip for any number of keys (a digest claims many): per key, 1 if we claimed it,
 # else the value found. Scripts rather than pipelines: a third of the client CPU.

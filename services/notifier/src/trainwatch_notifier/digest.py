@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from trainwatch_notifier.limits import Clock
+from trainwatch_notifier.clock import Clock
 
 
 class BurstDetector:

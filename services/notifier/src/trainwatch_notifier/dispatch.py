@@ -23,10 +23,11 @@ from redis.exceptions import RedisError
 from trainwatch_common import JobStatusEvent
 from trainwatch_notifier import metrics
 from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError, RetryableSendError
+from trainwatch_notifier.clock import Clock, Sleep
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
 from trainwatch_notifier.digest import BurstDetector
-from trainwatch_notifier.limits import BotLimits, Bucket, Clock, Sleep, Token
+from trainwatch_notifier.limits import BotLimits, Bucket, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
 from trainwatch_notifier.rules import Delivery, Owner
 

@@ -26,17 +26,16 @@ import hashlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-log = logging.getLogger(__name__)
+from trainwatch_notifier.clock import Clock, Sleep
 
-Clock = Callable[[], float]
-Sleep = Callable[[float], Awaitable[None]]
+log = logging.getLogger(__name__)
 
 DEFAULT_MARGIN = 0.2  # seconds: covers network and scheduling jitter between our send and the bot's count
 

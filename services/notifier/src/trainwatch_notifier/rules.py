@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_common.events.jobs import JobStatusEvent, Phase
 from trainwatch_notifier.ruleset import Match, OwnerIds, Ruleset
 
 _OUTCOMES = (Phase.SUCCEEDED, Phase.FAILED)

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from trainwatch_common import JobChange, Phase
+from trainwatch_common.events.jobs import JobChange, Phase
 
 ChannelType = Literal["feishu", "dingtalk", "wecom", "slack", "webhook"]
 Language = Literal["en", "zh-CN"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
-from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_common.events.jobs import JobStatusEvent, Phase
 from trainwatch_notifier.ruleset import Language
 
 PHASE_NAMES: dict[Language, dict[str, str]] = {
