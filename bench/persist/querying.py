@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from trainwatch_common.testing import free_port
 from trainwatch_persister.api import pagination
 from trainwatch_persister.database import make_engine
-from trainwatch_persister.queries import JobFilters, SortField, SortOrder
+from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 from trainwatch_persister.tables import jobs
 
 TOKEN = "bench-viewer"

@@ -11,7 +11,7 @@ from persister_factories import make_event
 from trainwatch_common import JobStatusEvent, Phase, wrap_job_event
 from trainwatch_persister import batching, ordering
 from trainwatch_persister.api import pagination
-from trainwatch_persister.queries import JobFilters, SortField, SortOrder
+from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 
 
 def test_resource_versions_compare_as_integers_when_numeric() -> None:

@@ -12,7 +12,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from trainwatch_common import JobStatusEvent, parse_job_event
+from trainwatch_common.events.envelope import parse_job_event
+from trainwatch_common.events.jobs import JobStatusEvent
 from trainwatch_persister import ordering
 
 M = TypeVar("M")

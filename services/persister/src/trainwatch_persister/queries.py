@@ -9,10 +9,7 @@ range scan however deep it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
-from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
 import sqlalchemy as sa
@@ -20,44 +17,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 from trainwatch_persister.tables import job_counts, job_transitions, jobs
-
-
-class SortField(StrEnum):
-    UPDATED_AT = "updated_at"
-    CREATED_AT = "created_at"
-    NAME = "name"
-
-
-class SortOrder(StrEnum):
-    ASC = "asc"
-    DESC = "desc"
-
 
 # A time range on one column with a sort by another defeats PostgreSQL's planner: created_at and
 # updated_at are correlated, so "walk the updated_at index backwards until 50 rows match the
 # created_at range" may walk nearly the whole table (2 s at 1M jobs). When the exact count, which
 # the response needs anyway, says few rows match, we sort after filtering instead (a few ms).
 SORT_AFTER_FILTERING_MAX = 20_000
-
-
-@dataclass(frozen=True, slots=True)
-class JobFilters:
-    """Every list filter; a value list means "any of", different filters are combined with AND."""
-
-    clusters: Sequence[str] = ()
-    namespaces: Sequence[str] = ()
-    kinds: Sequence[str] = ()
-    phases: Sequence[str] = ()
-    terminal: bool | None = None
-    deleted: bool | None = None
-    owner: str | None = None
-    labels: Sequence[tuple[str, str]] = ()
-    name_contains: str | None = None
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    updated_after: datetime | None = None
-    updated_before: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from trainwatch_persister.queries import JobFilters, SortField, SortOrder
+from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 
 CURSOR_VERSION = 1
 

@@ -13,7 +13,7 @@ from trainwatch_persister import queries
 from trainwatch_persister.api import pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
 from trainwatch_persister.api.models import JobDetail, JobPublic, JobsPublic, TransitionPublic
-from trainwatch_persister.queries import SortField, SortOrder
+from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
@@ -64,7 +64,7 @@ async def list_jobs(
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> JobsPublic:
-    filters = queries.JobFilters(
+    filters = JobFilters(
         clusters=tuple(cluster),
         namespaces=tuple(namespace),
         kinds=tuple(kind),
