@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 
 import httpx
@@ -56,14 +57,14 @@ async def test_a_published_job_event_reaches_an_sse_client(nats_url: str) -> Non
         await asyncio.wait_for(app.state.live.subscribed.wait(), 10)
         async with client.stream("GET", "/events/jobs", params={"cluster": "sim-a"}) as response:
             assert response.headers["content-type"].startswith("text/event-stream")
-            lines = response.aiter_lines()
-            assert await anext(lines) == "retry: 2000"  # the stream is open and the subscriber registered
-            other_cluster = job_event(cluster_id="sim-b", uid="uid-9")
-            await publish(
-                nats_url, other_cluster, job_event(phase=Phase.FAILED, previous=Phase.RUNNING, sequence=2)
-            )
-            async with asyncio.timeout(10):
-                event, data = await anext(sse_events(lines))
+            async with contextlib.aclosing(response.aiter_lines()) as lines:
+                assert await anext(lines) == "retry: 2000"  # the stream is open and the subscriber registered
+                other_cluster = job_event(cluster_id="sim-b", uid="uid-9")
+                await publish(
+                    nats_url, other_cluster, job_event(phase=Phase.FAILED, previous=Phase.RUNNING, sequence=2)
+                )
+                async with asyncio.timeout(10), contextlib.aclosing(sse_events(lines)) as events:
+                    event, data = await anext(events)
         assert event == "job"
         assert data["cluster_id"] == "sim-a"  # the other cluster's event was filtered out on the server
         assert data["phase"] == "Failed"
