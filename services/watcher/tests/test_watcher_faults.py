@@ -21,6 +21,7 @@ from watcher_harness import (
 import kubesim
 from trainwatch_common.testing import eventually
 from trainwatch_common.testing.servers import NatsServer
+from trainwatch_watcher.state import state_key
 
 ALL = len(kubesim.ALL_KINDS)
 
@@ -208,8 +209,13 @@ async def test_publishing_waits_while_nats_is_down(
             driver = kubesim.ScenarioDriver(alpha, seed=16, rate=1000)
             await driver.run_lifecycle("TFJob", restarts=1)
             await driver.run_lifecycle("TFJob", outcome="failed", delete=False)
-            await asyncio.sleep(1.0)  # publishing is blocked: nothing may be checkpointed meanwhile
-            assert _counter(watcher, "trainwatch_publish_retries_total") > 0
+            # Publishing is blocked: the publisher retries, and nothing is checkpointed meanwhile.
+            await eventually(
+                lambda: _counter(watcher, "trainwatch_publish_retries_total") >= 2,
+                message="publishes retried while NATS is down",
+            )
+            checkpointed = await redis.hkeys(state_key("alpha", "tfjob"))
+            assert [f for f in checkpointed if f.startswith(b"u:")] == []
             nats_process.start()
             events = Events(nc)
             await eventually(lambda: nc.is_connected, timeout=10)
