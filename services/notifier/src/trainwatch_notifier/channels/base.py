@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 import httpx
+import orjson
 
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts
 from trainwatch_notifier.ruleset import ChannelConfig
@@ -122,3 +123,19 @@ def json_of(response: httpx.Response) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise PermanentSendError("bad-response", response.text[:200])
     return value
+
+
+async def post_errcode_json(
+    client: httpx.AsyncClient, url: str, body: Any, *, timeout_seconds: float
+) -> tuple[object, str]:
+    """POST a JSON body to a bot that answers ``{"errcode": ..., "errmsg": ...}`` (DingTalk,
+    WeCom): its code and message (cut to 200 characters), for the channel to classify."""
+    response = await post_bytes(
+        client,
+        url,
+        orjson.dumps(body),
+        headers={"Content-Type": "application/json; charset=utf-8"},
+        timeout_seconds=timeout_seconds,
+    )
+    answer = json_of(response)
+    return answer.get("errcode"), str(answer.get("errmsg", ""))[:200]

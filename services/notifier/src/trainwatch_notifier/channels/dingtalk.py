@@ -14,8 +14,7 @@ from trainwatch_notifier.channels.base import (
     HttpChannel,
     PermanentSendError,
     RetryableSendError,
-    json_of,
-    post_bytes,
+    post_errcode_json,
 )
 from trainwatch_notifier.render import text
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit_digest, fit_job
@@ -78,18 +77,14 @@ class DingTalkChannel(HttpChannel):
         return f"{url}{'&' if '?' in url else '?'}timestamp={timestamp}&sign={sign}"
 
     async def post(self, body: Body) -> None:
-        response = await post_bytes(
+        code, message = await post_errcode_json(
             self._client,
             self.signed_url(),
-            orjson.dumps(body),
-            headers={"Content-Type": "application/json; charset=utf-8"},
+            body,
             timeout_seconds=self.config.timeout_seconds,
         )
-        answer = json_of(response)
-        code = answer.get("errcode")
         if code == 0:
             return
-        message = str(answer.get("errmsg", ""))[:200]
         if code == SEND_TOO_FAST:
             raise RetryableSendError("dingtalk-rate-limited", message, retry_after=THROTTLED_RETRY_AFTER)
         if code == 310000:

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import orjson
-
 from trainwatch_notifier.channels.base import (
     Body,
     HttpChannel,
     PermanentSendError,
     RetryableSendError,
-    json_of,
-    post_bytes,
+    post_errcode_json,
 )
 from trainwatch_notifier.render import text
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, fit_digest, fit_job
@@ -68,18 +65,14 @@ class WeComChannel(HttpChannel):
         return self._body(markdown, text.digest_plain(digest), mentions)
 
     async def post(self, body: Body) -> None:
-        response = await post_bytes(
+        code, message = await post_errcode_json(
             self._client,
             self.config.url.get_secret_value(),
-            orjson.dumps(body),
-            headers={"Content-Type": "application/json; charset=utf-8"},
+            body,
             timeout_seconds=self.config.timeout_seconds,
         )
-        answer = json_of(response)
-        code = answer.get("errcode")
         if code == 0:
             return
-        message = str(answer.get("errmsg", ""))[:200]
         if code == FREQ_OUT_OF_LIMIT:
             raise RetryableSendError("wecom-rate-limited", message)
         if code == 93000:
