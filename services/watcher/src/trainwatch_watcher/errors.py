@@ -17,6 +17,8 @@
     │   └── ApiError                 any other non-2xx answer (carries the status code)
     ├── WatchExpired                 410 Gone: the resourceVersion is too old; relist
     │   └── ResourceVersionAhead     the server is behind our resourceVersion (etcd restored); relist
+    ├── LeaseNotProven               the cluster's lease is no longer proven: publish nothing more
+    │   └── CheckpointFenced         a newer owner's epoch refused this checkpoint write
     └── HistoryDiverged              the JOBS stream holds another event under an id we published
 """
 
@@ -100,6 +102,10 @@ class ResourceVersionAhead(WatchExpired):
 class LeaseNotProven(WatcherError):
     """This replica can no longer prove its lease on the cluster: publishing now could emit beside
     a new owner, so the informer stops before it publishes (the claim loop then stops the cluster)."""
+
+
+class CheckpointFenced(LeaseNotProven):
+    """A newer owner holds the cluster (its epoch moved on): this checkpoint write was refused."""
 
 
 class HistoryDiverged(WatcherError):

@@ -26,7 +26,7 @@ from typing import cast
 from redis.asyncio import Redis
 from redis.commands.core import AsyncScript
 
-from trainwatch_watcher.errors import LeaseNotProven
+from trainwatch_watcher.errors import CheckpointFenced
 from trainwatch_watcher.records import Checkpoint, StateWrite, decode_record, encode_record
 
 PREFIX = "trainwatch:watcher:v1"
@@ -34,10 +34,6 @@ PREFIX = "trainwatch:watcher:v1"
 
 def state_key(cluster_id: str, kind_key: str) -> str:
     return f"{PREFIX}:{cluster_id}:{kind_key}"
-
-
-class CheckpointFenced(LeaseNotProven):
-    """A newer owner holds the cluster (its epoch moved on): this checkpoint write was refused."""
 
 
 # KEYS: the checkpoint hash, the cluster's epoch counter. ARGV: my epoch, the number of fields to

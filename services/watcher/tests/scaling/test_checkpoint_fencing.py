@@ -18,6 +18,7 @@ from trainwatch_common.events.jobs import Phase
 from trainwatch_common.kinds import PYTORCH_JOB
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually
+from trainwatch_watcher.errors import CheckpointFenced
 from trainwatch_watcher.informer import Informer
 from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.kinds.model import NormalizedStatus
@@ -26,7 +27,7 @@ from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.records import JobRecord, StateWrite, decode_record
 from trainwatch_watcher.settings import WatcherSettings
-from trainwatch_watcher.state import CheckpointFenced, StateStore, state_key
+from trainwatch_watcher.state import StateStore, state_key
 from trainwatch_watcher.transitions import Slot
 
 EPOCH_KEY = "tw:epoch:alpha"
