@@ -194,6 +194,16 @@ async def test_missing_crds_then_one_installed_later(
             ),
             message="a cluster without job kinds is reported",
         )
+        bare.serve_kind(kubesim.BATCH_JOB)  # installed later: the error clears once it is watched
+        await watcher.wait_synced("bare", informers=1)
+        await eventually(
+            lambda: (
+                (r := health_events.last("bare")) is not None
+                and r.kinds_served == ["job"]
+                and r.last_error is None
+            ),
+            message="the error of a cluster without job kinds clears when one is served",
+        )
 
         partial.serve_kind(kubesim.TFJOB)
         await watcher.wait_synced("partial", informers=3, timeout=5)

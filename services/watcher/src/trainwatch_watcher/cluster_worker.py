@@ -43,6 +43,7 @@ InformerKey = tuple[str, str]  # (kind key, namespace or "*")
 
 # Kind key → the kind key of its companion (read by the normalizer as ``related``).
 COMPANION_OF = {"trainjob": "jobset"}
+NO_JOB_KINDS = "the cluster serves none of the job kinds"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,7 @@ class ClusterWorker:
         self.kinds_served: list[str] = []
         self.reachable = False
         self.last_error: str | None = None
+        self._error_is_no_kinds = False  # last_error says only that no job kind is served
         self._last_reported: tuple[object, ...] | None = None
         self._last_report_time = 0.0
         # Whether CRD events reach us (crd_feed); without them, kinds that went away (kind key ->
@@ -165,7 +167,7 @@ class ClusterWorker:
             except errors.ClusterError as exc:
                 _stop_if_cancelled(exc)
                 self.reachable = False
-                self.last_error = str(exc)
+                self._set_error(str(exc))
                 await self.report_health(force=True)
                 if time.monotonic() - started >= self._settings.backoff_reset_after:
                     backoff.reset()
@@ -192,12 +194,9 @@ class ClusterWorker:
                 self._note_kinds_gone(served)
                 self.kinds_served = sorted(served)
                 if not served:
-                    self.last_error = "the cluster serves none of the job kinds"
-                elif (
-                    self.last_error == "the cluster serves none of the job kinds"
-                    or not self._informer_errors()
-                ):
-                    self.last_error = None
+                    self._set_error(NO_JOB_KINDS, no_kinds=True)
+                elif self._error_is_no_kinds or not self._informer_errors():
+                    self._set_error(None)
                 await tasks.reconcile(
                     informer_specs(self.spec, served, epoch=self.epoch, owner=self._deps.owner)
                 )
@@ -262,7 +261,7 @@ class ClusterWorker:
             except errors.ClusterError as exc:
                 # Informers keep running on their own retries; only discovery waits.
                 self.reachable = False
-                self.last_error = str(exc)
+                self._set_error(str(exc))
                 await self.report_health()
                 await asyncio.sleep(backoff.next_delay())
 
@@ -304,6 +303,10 @@ class ClusterWorker:
             await asyncio.sleep(backoff.next_delay())
 
     # -- health -------------------------------------------------------------------------------
+    def _set_error(self, error: str | None, *, no_kinds: bool = False) -> None:
+        self.last_error = error
+        self._error_is_no_kinds = no_kinds
+
     def _informer_errors(self) -> list[str]:
         return [i.status.last_error for i in self.informers.values() if i.status.last_error]
 
