@@ -25,13 +25,14 @@ from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.tasks import ServiceTasks
-from trainwatch_watcher.claims import GRACEFUL_REASONS, ClaimLoop, ClaimMetrics
+from trainwatch_watcher.claims import ClaimLoop, ClaimMetrics
 from trainwatch_watcher.cluster_feed import ClusterFeed, FolderClusterFeed, NatsClusterFeed
 from trainwatch_watcher.cluster_worker import ClusterWorker, WorkerDeps
 from trainwatch_watcher.connections import ConnectionSource, KubeconfigFolder, RegistryConnections
 from trainwatch_watcher.health import HealthPublisher
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.metrics import WatcherMetrics
+from trainwatch_watcher.ownership import ClusterOwnership
 from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.settings import WatcherSettings
 from trainwatch_watcher.state import StateStore
@@ -128,56 +129,21 @@ class WatcherApp:
             supervisor = ClusterSupervisor(make_worker, forget_state=store.delete_cluster)
             self.supervisor = supervisor
             feed = (self._feed_factory or self._default_feed)(nc)
-            specs: dict[str, ClusterSpec] = {}  # the desired clusters, whoever owns them
-            # One change of the watched set at a time: apply() and the claim loop's callbacks both
-            # await between reading ownership and acting on it.
-            changing = asyncio.Lock()
-
-            async def start_owned(cluster_id: str, epoch: int) -> None:
-                async with changing:
-                    spec = specs.get(cluster_id)
-                    if spec is not None:  # None: removed from the registry meanwhile
-                        await supervisor.start_cluster(spec, epoch=epoch)
-                    self.metrics.clusters_watched.set(len(supervisor.workers))
-
-            async def stop_owned(cluster_id: str, reason: str) -> None:
-                log.info("stopping cluster", extra={"cluster": cluster_id, "reason": reason})
-                if reason in GRACEFUL_REASONS:
-                    # The lease was just renewed: finish what was handed to JetStream and write its
-                    # checkpoint, so the next owner resumes exactly here. Outside the lock: the
-                    # claim loop stops many clusters at once, and their drains must overlap to fit
-                    # in one stop budget.
-                    await supervisor.drain_cluster(cluster_id, timeout=claims.stop_budget)
-                async with changing:
-                    await supervisor.stop_cluster(cluster_id)  # nothing of it publishes any more
-                    self.metrics.clusters_watched.set(len(supervisor.workers))
-
+            ownership = ClusterOwnership(
+                supervisor, on_change=self.metrics.clusters_watched.set, applied=self.ready
+            )
             # Its own small pool: lease renewals must never queue behind the informers' checkpoints.
             claims_redis = Redis.from_url(s.redis_url, max_connections=4)
             claims = ClaimLoop(
-                claims_redis, replica_id=self.instance_id, start_cluster=start_owned, stop_cluster=stop_owned,
+                claims_redis, replica_id=self.instance_id,
+                start_cluster=ownership.start_owned, stop_cluster=ownership.stop_owned,
                 ttl_ms=s.lease_ttl_ms, tick=s.claim_tick, prefix=s.redis_prefix,
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
+            ownership.bind(claims)
             self.claims = claims
             if isinstance(connections, RegistryConnections) and connections.lease_proof is None:
                 connections.lease_proof = claims.connection_proof  # the registry asks for it
-
-            async def apply(desired: dict[str, ClusterSpec]) -> None:
-                """A new desired set: the owner forgets removed clusters, applies changed options or
-                credentials to what it owns, and the claim loop shares out the rest."""
-                async with changing:
-                    removed = set(specs) - set(desired)
-                    specs.clear()
-                    specs.update(desired)
-                    for cluster_id in removed & supervisor.cluster_ids():
-                        await supervisor.stop_cluster(cluster_id, forget_state=True)
-                    for cluster_id, epoch in claims.owned().items():
-                        if cluster_id in desired and claims.holds(cluster_id, epoch):
-                            await supervisor.start_cluster(desired[cluster_id], epoch=epoch)
-                    claims.set_desired(desired)
-                    self.metrics.clusters_watched.set(len(supervisor.workers))
-                self.ready.set()
 
             async def ready_check() -> bool:
                 return (
@@ -192,7 +158,7 @@ class WatcherApp:
             try:
                 async with tasks:  # stopped newest first: claims, feed, health server
                     tasks.start("watcher-health-server", health_server.serve)
-                    tasks.start("watcher-cluster-feed", lambda: feed.run(apply))
+                    tasks.start("watcher-cluster-feed", lambda: feed.run(ownership.apply))
                     tasks.start("watcher-claims", claims.run)
                     await stop.wait()
             finally:
