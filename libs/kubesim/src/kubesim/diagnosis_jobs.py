@@ -136,8 +136,10 @@ class JobDriver:
 
     async def create(self, body: dict[str, Any], *, queued: bool) -> None:
         run = self.run
+        # Kueue's webhook suspends the job at creation: with its queue-name label it is Queued from
+        # the start (§2.7 of job-status-and-feishu.md), before any controller writes a status.
         first = PENDING if self.family == "jobset" else CREATED
-        await run.create(body, QUEUED if queued and self.family == "jobset" else first)
+        await run.create(body, QUEUED if queued else first)
         self._children()
         if queued:
             await self.queued()
@@ -160,10 +162,12 @@ class JobDriver:
         )
         return {rt: int(v.get("replicas", 1)) for rt, v in (specd.get(key) or {}).items()}
 
-    def _child_job(self, name: str, labels: dict[str, str] | None = None) -> None:
+    def _child_job(
+        self, name: str, labels: dict[str, str] | None = None, owner: dict[str, Any] | None = None
+    ) -> None:
         run = self.run
         body = manifests.manifest(BATCH_JOB, name, run.namespace)
-        body["metadata"]["ownerReferences"] = [manifests.owner_reference(run.obj)]
+        body["metadata"]["ownerReferences"] = [manifests.owner_reference(owner or run.obj)]
         if labels:
             body["metadata"]["labels"].update(labels)
         run.child(BATCH_JOB, name, body)
@@ -188,8 +192,11 @@ class JobDriver:
                 )
         if self.family in ("jobset", "trainjob"):
             rjob = "node" if self.family == "trainjob" else "workers"
+            owner = run.obj
+            if self.family == "trainjob" and (JOBSET, run.name) in run.children:
+                owner = run.cluster.store.get(JOBSET, run.namespace, run.name)  # the JobSet owns them
             for i in range(2):
-                self._child_job(f"{run.name}-{rjob}-{i}", {"jobset.sigs.k8s.io/jobset-name": run.name})
+                self._child_job(f"{run.name}-{rjob}-{i}", {"jobset.sigs.k8s.io/jobset-name": run.name}, owner)
         if self.family == "ray":
             self._child_job(
                 run.name, {"ray.io/originated-from-crd": "RayJob", "ray.io/originated-from-cr-name": run.name}

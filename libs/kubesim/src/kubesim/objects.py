@@ -108,7 +108,20 @@ def prepare_create(
         body.pop("status", None)
     if spec.builtin and spec.kind == "Job":
         _default_batch_job(body, uid)
+    if spec.builtin and spec.kind == "Pod" and "status" not in body:
+        body["status"] = {"phase": "Pending", "qosClass": _qos_class(body.get("spec"))}
     return body
+
+
+def _qos_class(pod_spec: Any) -> str:
+    """The pod strategy's ``PrepareForCreate``: a new pod is Pending with its QoS class."""
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    resources = [c.get("resources") or {} for c in containers or () if isinstance(c, dict)]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    if all(r.get("limits") and (r.get("requests") or r["limits"]) == r["limits"] for r in resources):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def _default_batch_job(body: dict[str, Any], uid: str) -> None:

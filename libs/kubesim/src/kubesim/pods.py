@@ -388,7 +388,8 @@ def pod_body(slot: PodSlot, namespace: str) -> dict[str, Any]:
         meta["annotations"] = annotations
     if slot.owner.get("kind") == "Job" and slot.owner.get("apiVersion") == "batch/v1":
         meta["finalizers"] = ["batch.kubernetes.io/job-tracking"]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
+    status = {"phase": "Pending", "qosClass": "Burstable"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec, "status": status}
 
 
 def unschedulable_message(resource: str = "nvidia.com/gpu", nodes: int = len(NODES)) -> str:
