@@ -47,6 +47,7 @@ from kubesim.kinds import (
     KindSpec,
     resolve_kind,
 )
+from kubesim.kueue import workload_body as kueue_workload
 from kubesim.manifests import manifest
 from kubesim.scenarios import Options, ScenarioDriver
 from kubesim.simulator import Simulator
@@ -101,6 +102,7 @@ __all__ = [
     "TruthLog",
     "applies",
     "diagnosis_cases",
+    "kueue_workload",
     "manifest",
     "resolve_kind",
 ]
