@@ -102,7 +102,8 @@ def prepare_create(
     meta["name"] = name
     meta["uid"] = uid
     meta["creationTimestamp"] = now()
-    meta["generation"] = 1
+    if not _no_generation(spec):
+        meta["generation"] = 1
     body["metadata"] = meta
     if drop_status:
         body.pop("status", None)
@@ -111,6 +112,11 @@ def prepare_create(
     if spec.builtin and spec.kind == "Pod" and "status" not in body:
         body["status"] = {"phase": "Pending", "qosClass": _qos_class(body.get("spec"))}
     return body
+
+
+def _no_generation(spec: KindSpec) -> bool:
+    """Events have no spec and no ``metadata.generation``."""
+    return spec.builtin and spec.kind == "Event"
 
 
 def _qos_class(pod_spec: Any) -> str:
@@ -244,7 +250,8 @@ def prepare_update(
         body["status"] = old["status"]
     else:
         body.pop("status", None)
-    if _without(body, "metadata", "status") != _without(old, "metadata", "status"):
+    changed = _without(body, "metadata", "status") != _without(old, "metadata", "status")
+    if changed and not _no_generation(spec):
         meta["generation"] = int(old_meta.get("generation") or 0) + 1
     return body
 
