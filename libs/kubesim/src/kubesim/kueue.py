@@ -22,12 +22,25 @@ from typing import TYPE_CHECKING, Any
 from kubesim import errors
 from kubesim.discovery import VISIBILITY_GROUP
 from kubesim.kinds import CLUSTER_QUEUE, LOCAL_QUEUE, WORKLOAD
+from kubesim.objects import now
 
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
     from kubesim.store import Store
 
-__all__ = ["QUEUE_LABEL", "pending_workloads", "serve_visibility", "workload_body", "workload_name"]
+__all__ = [
+    "QUEUE_LABEL",
+    "admit",
+    "finish",
+    "pending",
+    "pending_workloads",
+    "pods_ready",
+    "preempt",
+    "serve_visibility",
+    "set_conditions",
+    "workload_body",
+    "workload_name",
+]
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
@@ -173,3 +186,105 @@ def serve_visibility(
         "metadata": {"creationTimestamp": None},
         "items": _page(items, query),
     }
+
+
+def condition(ctype: str, status: str, reason: str, message: str) -> dict[str, Any]:
+    """A Workload condition (metav1.Condition)."""
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now(),
+        "observedGeneration": 1,
+    }
+
+
+def set_conditions(
+    store: Store, namespace: str, name: str, *conds: dict[str, Any], **fields: Any
+) -> dict[str, Any]:
+    """Replace the Workload's conditions of those types (kept in place, as meta.SetStatusCondition
+    does) and set other status ``fields``; written through the status subresource."""
+    wl = store.get(WORKLOAD, namespace, name)
+    status = dict(wl.get("status") or {})
+    current = list(status.get("conditions") or [])
+    for cond in conds:
+        i = next((i for i, c in enumerate(current) if c.get("type") == cond["type"]), None)
+        if i is None:
+            current.append(cond)
+        else:
+            current[i] = cond
+    status["conditions"] = current
+    status.update(fields)
+    for key, value in list(status.items()):
+        if value is None:
+            del status[key]
+    return store.replace_status(WORKLOAD, namespace, name, status)
+
+
+def pending(store: Store, namespace: str, name: str, message: str) -> dict[str, Any]:
+    """``QuotaReserved=False`` ``Pending`` with the scheduler's inadmissible message."""
+    return set_conditions(store, namespace, name, condition("QuotaReserved", "False", "Pending", message))
+
+
+def admit(
+    store: Store, namespace: str, name: str, cluster_queue: str, flavor: str = "a100"
+) -> dict[str, Any]:
+    """Quota reserved and admitted (no admission checks), pods not ready yet."""
+    wl = store.get(WORKLOAD, namespace, name)
+    assignments = [
+        {"name": ps.get("name", "main"), "count": ps.get("count", 1), "flavors": {"nvidia.com/gpu": flavor}}
+        for ps in (wl.get("spec") or {}).get("podSets") or ()
+    ]
+    return set_conditions(
+        store,
+        namespace,
+        name,
+        condition(
+            "QuotaReserved", "True", "QuotaReserved", f"Quota reserved in ClusterQueue {cluster_queue}"
+        ),
+        condition("Admitted", "True", "Admitted", "The workload is admitted"),
+        condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded"),
+        admission={"clusterQueue": cluster_queue, "podSetAssignments": assignments},
+    )
+
+
+def pods_ready(store: Store, namespace: str, name: str) -> dict[str, Any]:
+    return set_conditions(
+        store, namespace, name, condition("PodsReady", "True", "Started", "All pods reached readiness")
+    )
+
+
+def preemption_message(preemptor_uid: str, preemptor_job_uid: str, cluster_queue: str) -> str:
+    """KQ pkg/scheduler/preemption/preemption.go: the Preempted/Evicted message."""
+    return (
+        f"Preempted to accommodate a workload (UID: {preemptor_uid}, JobUID: {preemptor_job_uid}) due to "
+        f"prioritization in the ClusterQueue; preemptor path: /{cluster_queue}; "
+        f"preemptee path: /{cluster_queue}"
+    )
+
+
+def preempt(store: Store, namespace: str, name: str, message: str) -> dict[str, Any]:
+    """Evicted by a higher-priority workload: ``Evicted`` (reason ``Preempted``), ``Preempted``
+    (``InClusterQueue``), quota released, not admitted; requeued."""
+    return set_conditions(
+        store,
+        namespace,
+        name,
+        condition("Evicted", "True", "Preempted", message),
+        condition("Preempted", "True", "InClusterQueue", message),
+        condition("QuotaReserved", "False", "Pending", "Preempted to accommodate a higher priority workload"),
+        condition("Admitted", "False", "NoReservation", "The workload has no reservation"),
+        condition(
+            "PodsReady", "False", "WaitForRecovery", "At least one pod has failed, waiting for recovery"
+        ),
+        condition("Requeued", "True", "Preempted", message),
+        admission=None,
+        requeueState={"count": 1},
+    )
+
+
+def finish(store: Store, namespace: str, name: str, *, succeeded: bool, message: str) -> dict[str, Any]:
+    """``Finished=True`` (``Succeeded``/``Failed``) with the job's condition message."""
+    reason = "Succeeded" if succeeded else "Failed"
+    return set_conditions(store, namespace, name, condition("Finished", "True", reason, message))
