@@ -255,6 +255,63 @@ class JobDriver:
             run.status = {"jobDeploymentStatus": "Suspended"}
         await self.write(QUEUED)
 
+    def _suspend_patch(self, value: bool) -> dict[str, Any]:
+        return (
+            {"runPolicy": {"suspend": value}} if self.family in ("kubeflow", "mpi-v2") else {"suspend": value}
+        )
+
+    async def resume(self) -> None:
+        """Kueue admitted the workload and unsuspended the job; its controller says so."""
+        run, k = self.run, self.kind
+        await run.patch_spec(self._suspend_patch(False))
+        if self.family in ("kubeflow", "mpi-v2"):
+            set_condition(self.conds, "Suspended", "False", f"{k}Resumed", f"{k} {run.name} is resumed.")
+            state = CREATED
+        elif self.family == "batch":
+            set_condition(self.conds, "Suspended", "False", "JobResumed", "Job resumed", metav1=True)
+            run.status.update(startTime=now())
+            state = CREATED
+        elif self.family == "jobset":
+            set_condition(self.conds, "Suspended", "False", "ResumeJobs", "jobset is resumed", metav1=True)
+            run.status["replicatedJobsStatus"] = [_rjob("workers")]
+            state = PENDING
+        elif self.family == "trainjob":
+            set_condition(self.conds, "Suspended", "False", "Resumed", "TrainJob is resumed", metav1=True)
+            run.status["jobsStatus"] = [_rjob("node")]
+            state = CREATED
+        else:  # ray
+            run.status = {"jobDeploymentStatus": ""}
+            state = CREATED
+        await self.write(state)
+
+    async def suspend(self) -> None:
+        """Kueue evicted the workload and suspended the job again: back in the queue (Queued)."""
+        run, st, k = self.run, self.run.status, self.kind
+        await run.patch_spec(self._suspend_patch(True))
+        if self.family in ("kubeflow", "mpi-v2"):
+            set_condition(self.conds, "Running", "False", f"{k}Suspended", f"{k} {run.name} is suspended.")
+            set_condition(self.conds, "Suspended", "True", f"{k}Suspended", f"{k} {run.name} is suspended.")
+            for rt in st.get("replicaStatuses", {}):
+                st["replicaStatuses"][rt].pop("active", None)
+        elif self.family == "batch":
+            set_condition(self.conds, "Suspended", "True", "JobSuspended", "Job suspended", metav1=True)
+            st.update(conditions=self.conds, active=0, ready=0)
+        elif self.family == "jobset":
+            set_condition(
+                self.conds, "Suspended", "True", "SuspendedJobs", "jobset is suspended", metav1=True
+            )
+            st.update(conditions=self.conds, replicatedJobsStatus=[_rjob("workers", suspended=2)])
+        elif self.family == "trainjob":
+            set_condition(self.conds, "Suspended", "True", "Suspended", "TrainJob is suspended", metav1=True)
+            st.update(conditions=self.conds, jobsStatus=[_rjob("node", suspended=2)])
+        else:  # ray
+            st.update(jobDeploymentStatus="Suspending")
+            await self.write(QUEUED)
+            for key in ("jobStatus", "dashboardURL", "rayClusterStatus", "jobId"):
+                st.pop(key, None)
+            st["jobDeploymentStatus"] = "Suspended"
+        await self.write(QUEUED)
+
     async def progress(self, *, ready: int, running: int, pending: int, total: int) -> None:
         """The pods exist: ``running`` are running (``ready`` of them ready), ``pending`` are not."""
         run, st, k = self.run, self.run.status, self.kind
