@@ -13,6 +13,7 @@ See ``libs/kubesim/README.md``.
 from kubesim.background import BackgroundSimulator
 from kubesim.cluster import Cluster
 from kubesim.diagnosis import BLAME, CATEGORIES, DiagnosisTruth, NotApplicable, applies
+from kubesim.diagnosis_scenarios import VARIANTS as DIAGNOSIS_VARIANTS
 from kubesim.diagnosis_scenarios import cases as diagnosis_cases
 from kubesim.errors import ApiError
 from kubesim.events import Recorder
@@ -65,6 +66,7 @@ __all__ = [
     "CORE_KINDS",
     "COSCHEDULING_PODGROUP",
     "CRD",
+    "DIAGNOSIS_VARIANTS",
     "EVENT",
     "EVENT_V1",
     "JAXJOB",

@@ -34,7 +34,19 @@ from kubesim.runs import JobRun
 if TYPE_CHECKING:
     from kubesim.cluster import Cluster
 
-__all__ = ["BAD_IMAGE", "CLUSTER_QUEUE_NAME", "LOCAL_QUEUE_NAME", "SECRET", "DiagnosisRun", "cases"]
+VARIANTS = frozenset({("Preempted", "kueue"), ("Unschedulable", "after-queue")})
+"""Scenarios beyond the plain one per category: Kueue's preemption of a running job, and a queued
+job that, once admitted, cannot be scheduled (its diagnosis changes while it stays Pending)."""
+
+__all__ = [
+    "BAD_IMAGE",
+    "CLUSTER_QUEUE_NAME",
+    "LOCAL_QUEUE_NAME",
+    "SECRET",
+    "VARIANTS",
+    "DiagnosisRun",
+    "cases",
+]
 
 BAD_IMAGE = "registry.example.com/ml/trainer:v2.3.1-does-not-exist"
 SECRET = "hf_kubesimFAKEa1b2c3d4e5f6g7h8i9j0k"
@@ -79,9 +91,15 @@ def cases(cluster: Cluster) -> list[tuple[KindSpec, str]]:
 class DiagnosisRun:
     """One diagnosis scenario. Use ``ScenarioDriver.run_diagnosis``."""
 
-    def __init__(self, run: JobRun, category: str, rand: random.Random, recorder: Recorder) -> None:
+    def __init__(
+        self, run: JobRun, category: str, rand: random.Random, recorder: Recorder, variant: str | None = None
+    ) -> None:
         if category not in CATEGORIES:
             raise KeyError(f"unknown category {category!r}")
+        if variant is not None and (category, variant) not in VARIANTS:
+            raise KeyError(f"unknown variant {variant!r} of {category}")
+        self.variant = variant
+        self.earlier: list[DiagnosisTruth] = []  # diagnoses the job had before (a variant's first step)
         self.run = run
         self.cluster = run.cluster
         self.store = run.cluster.store
@@ -103,6 +121,8 @@ class DiagnosisRun:
             volcano=VOLCANO_PODGROUP.resource in served,
             coscheduling=COSCHEDULING_PODGROUP.resource in served,
         )
+        if ok and variant is not None:
+            ok = WORKLOAD.resource in served and applies("QueueWaiting", self.spec)
         if not ok:
             raise NotApplicable(f"{category} does not apply to {self.spec} on cluster {self.cluster.name}")
 
@@ -219,7 +239,7 @@ class DiagnosisRun:
         if self.family in ("jobset", "trainjob", "mpi-v2") and c == "BackoffLimitExceeded":
             retries = 1
         restart = "OnFailure" if c in ("CrashLoop", "BackoffLimitExceeded") else "Never"
-        queue = LOCAL_QUEUE_NAME if c == "QueueWaiting" else None
+        queue = LOCAL_QUEUE_NAME if c == "QueueWaiting" or self.variant else None
         body = self.job.manifest(
             restart_policy=restart,
             queue=queue,
@@ -229,6 +249,8 @@ class DiagnosisRun:
         self._policy(body)
         await self.job.create(body, queued=queue is not None)
         handler = getattr(self, f"_{c[0].lower()}{c[1:]}")
+        if self.variant:
+            handler = getattr(self, f"_{c.lower()}_{self.variant.replace('-', '_')}")
         facts: dict[str, Any] = await handler()
         return self._truth(facts)
 
@@ -257,7 +279,10 @@ class DiagnosisRun:
         elif self.family == "volcano":
             specd["policies"] = [{"exitCode": 42, "action": "TerminateJob"}, *specd.get("policies", [])]
 
-    def _truth(self, facts: dict[str, Any]) -> DiagnosisTruth:
+    def _truth(self, facts: dict[str, Any], category: str | None = None) -> DiagnosisTruth:
+        category = category or self.category
+        if self.variant and category == self.category:
+            facts.setdefault("extra", {})["variant"] = self.variant
         run = self.run
         state = run.truth.last_state(run.uid)
         assert state is not None
@@ -275,8 +300,8 @@ class DiagnosisRun:
             namespace=run.namespace,
             name=run.name,
             uid=run.uid,
-            category=self.category,
-            blame=BLAME[self.category],
+            category=category,
+            blame=BLAME[category],
             phase=state.phase,
             sub_phase=state.sub_phase,
             terminal=state.terminal,
@@ -627,6 +652,85 @@ class DiagnosisRun:
             "resource": RESOURCE,
             "extra": {"quota": "gpu-quota"},
         }
+
+    async def _admit(self, wl_name: str) -> None:
+        """Kueue reserves quota and admits the Workload, then unsuspends the job."""
+        run, store = self.run, self.store
+        kueue.admit(store, run.namespace, wl_name, CLUSTER_QUEUE_NAME)
+        wl = store.get(WORKLOAD, run.namespace, wl_name)
+        for reason, message in (
+            (
+                "QuotaReserved",
+                f"Quota reserved in ClusterQueue {CLUSTER_QUEUE_NAME}, wait time since queued was 0s",
+            ),
+            (
+                "Admitted",
+                f"Admitted by ClusterQueue {CLUSTER_QUEUE_NAME}, wait time since reservation was 0s",
+            ),
+        ):
+            self.event(
+                wl, "Normal", reason, message, component="kueue-admission", style="events", action=reason
+            )
+        self.event(
+            run_obj(self),
+            "Normal",
+            "Started",
+            f"Admitted by clusterQueue {CLUSTER_QUEUE_NAME}",
+            component="kueue",
+            style="events",
+            action="Started",
+        )
+        await self.job.resume()
+
+    async def _preempted_kueue(self) -> dict[str, Any]:
+        """Kueue admits the job, it runs, then a higher-priority workload preempts it: the Workload is
+        ``Evicted`` (``Preempted``) and ``Preempted`` (``InClusterQueue``), the job is suspended again
+        and its pods go; it waits in the queue again."""
+        run, store = self.run, self.store
+        first = await self._queueWaiting()
+        wl_name = first["extra"]["workload"]
+        await self._admit(wl_name)
+        await self.all_running()
+        kueue.pods_ready(store, run.namespace, wl_name)
+        since = now()
+        message = kueue.preemption_message(
+            fake_uid("preemptor", run.uid), fake_uid("preemptor-job", run.uid), CLUSTER_QUEUE_NAME
+        )
+        wl = kueue.preempt(store, run.namespace, wl_name, message)
+        self.event(
+            wl, "Normal", "Preempted", message, component="kueue-admission", style="events", action="Preempt"
+        )
+        self.event(
+            run_obj(self), "Normal", "Stopped", message, component="kueue", style="events", action="Stop"
+        )
+        for pod in list(self.pods):
+            self._kubelet(pod, "Normal", "Killing", f"Stopping container {pod.slot.container}")
+            store.delete(POD, pod.namespace, pod.name, ignore_finalizers=True)
+        self.pods.clear()
+        await self.job.suspend()
+        mine = next(
+            i for i in kueue.pending_workloads(store, CLUSTER_QUEUE_NAME) if i["metadata"]["name"] == wl_name
+        )
+        return {
+            "since": since,
+            "reason": "Preempted",
+            "message": message,
+            "queue": LOCAL_QUEUE_NAME,
+            "cluster_queue": CLUSTER_QUEUE_NAME,
+            "position": mine["positionInClusterQueue"],
+            "local_position": mine["positionInLocalQueue"],
+            "extra": {"workload": wl_name, "preempted_by": "Kueue"},
+        }
+
+    async def _unschedulable_after_queue(self) -> dict[str, Any]:
+        """The job waits for quota (a ``QueueWaiting`` diagnosis, kept in ``earlier``), is admitted,
+        then one pod cannot be scheduled: the diagnosis changes while the job stays Pending."""
+        first = await self._queueWaiting()
+        self.earlier.append(self._truth(dict(first), "QueueWaiting"))
+        await self._admit(first["extra"]["workload"])
+        facts = await self._unschedulable()
+        facts.setdefault("extra", {}).update(workload=first["extra"]["workload"], earlier="QueueWaiting")
+        return facts
 
     async def _queueWaiting(self) -> dict[str, Any]:
         run, store = self.run, self.store

@@ -126,17 +126,22 @@ class ScenarioDriver:
         *,
         name: str | None = None,
         namespace: str = "default",
+        variant: str | None = None,
     ) -> DiagnosisTruth:
         """Drive one job of ``kind`` into diagnosis ``category`` (``kubesim.CATEGORIES``): its pods,
         Events, logs, Kueue Workload or PodGroup and its status, consistently. Returns the ground
         truth (also appended to :attr:`diagnoses`); the job's transitions go to :attr:`truth`.
-        Raises ``NotApplicable`` when the category does not apply to the kind or the cluster."""
+        Raises ``NotApplicable`` when the category does not apply to the kind or the cluster.
+        ``variant`` (``kubesim.DIAGNOSIS_VARIANTS``): ``("Preempted", "kueue")`` is Kueue preempting
+        the running job; ``("Unschedulable", "after-queue")`` first waits in the queue (that
+        ``QueueWaiting`` truth is appended to :attr:`diagnoses` first)."""
         spec = self.cluster.store.spec(kind)
         run = JobRun(
             self.cluster, self.log, spec, namespace, name or self._name(spec), self.interval, self._gate
         )
-        scenario = DiagnosisRun(run, category, self.random, self.recorder)
+        scenario = DiagnosisRun(run, category, self.random, self.recorder, variant)
         truth = await scenario.execute()
+        self.diagnoses.extend(scenario.earlier)
         self.diagnoses.append(truth)
         return truth
 
