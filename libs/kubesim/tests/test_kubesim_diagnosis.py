@@ -193,7 +193,7 @@ async def _check(
     )
     pods = _job_pods(cluster, truth, job)
     assert (truth.phase, truth.sub_phase, truth.terminal) == _expected_state(cluster, job, pods)
-    if truth.category in FAILED:
+    if truth.category in FAILED and "variant" not in truth.extra:
         assert (truth.phase, truth.terminal) == ("Failed", True)
     else:
         assert not truth.terminal
@@ -210,6 +210,15 @@ async def _check(
         _check_pod_evidence(truth, pod)
     if truth.category in ("QuotaExceeded", "QueueWaiting", "Unknown", "DeadlineExceeded"):
         assert pods == []
+    if truth.extra.get("variant") == "kueue":
+        assert pods == []  # Kueue suspended the job: its pods are gone
+        wl = cluster.store.get(kubesim.WORKLOAD, truth.namespace, truth.extra["workload"])
+        conds = {c["type"]: c for c in wl["status"]["conditions"]}
+        assert (conds["Evicted"]["status"], conds["Evicted"]["reason"]) == ("True", "Preempted")
+        assert (conds["Preempted"]["status"], conds["Preempted"]["reason"]) == ("True", "InClusterQueue")
+        assert conds["Evicted"]["message"] == truth.message
+        assert conds["QuotaReserved"]["status"] == conds["Admitted"]["status"] == "False"
+        assert "admission" not in wl["status"]
     if truth.category == "GangWaiting":
         assert pods
         assert all(p["status"]["phase"] == "Pending" for p in pods)
@@ -251,7 +260,7 @@ async def _check(
         assert text == "".join(f"{line}\n" for line in truth.log_tail)
         if truth.log_secret:
             assert truth.log_secret in text
-    if truth.category == "QueueWaiting":
+    if truth.queue is not None:
         base = "/apis/visibility.kueue.x-k8s.io/v1beta1"
         _, cq = await client.get(f"{base}/clusterqueues/{truth.cluster_queue}/pendingworkloads")
         mine = [i for i in cq["items"] if i["metadata"]["ownerReferences"][0]["uid"] == truth.uid]
@@ -265,8 +274,13 @@ async def _check(
         assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == truth.queue
         wl = cluster.store.get(kubesim.WORKLOAD, truth.namespace, truth.extra["workload"])
         assert wl["metadata"]["labels"]["kueue.x-k8s.io/job-uid"] == truth.uid
-        assert wl["status"]["conditions"][0]["type"] == "QuotaReserved"
-        assert wl["status"]["conditions"][0]["status"] == "False"
+        reserved = next(c for c in wl["status"]["conditions"] if c["type"] == "QuotaReserved")
+        assert reserved["status"] == "False"
+    if truth.extra.get("variant") == "after-queue":
+        wl = cluster.store.get(kubesim.WORKLOAD, truth.namespace, truth.extra["workload"])
+        conds = {c["type"]: c["status"] for c in wl["status"]["conditions"]}
+        assert conds["QuotaReserved"] == conds["Admitted"] == "True"
+        assert wl["status"]["admission"]["clusterQueue"] == "team-gpu"
     if truth.category == "BackoffLimitExceeded":
         assert truth.cause == "ExitCode"
         assert truth.extra["attempts"] > 1
@@ -368,3 +382,47 @@ async def test_scenarios_are_seeded(sim: kubesim.Simulator) -> None:
         truths = [await driver.run_diagnosis(k, c) for k, c in kubesim.diagnosis_cases(cluster)[:40]]
         runs.append([{**t.as_dict(), "cluster": "", "since": ""} for t in truths])
     assert runs[0] == runs[1]
+
+
+KUEUE_KINDS = [k for k in KINDS if kubesim.applies("QueueWaiting", k)]
+VARIANT_CASES = [(k, c, v) for k in KUEUE_KINDS for c, v in sorted(kubesim.DIAGNOSIS_VARIANTS)]
+
+
+@pytest.mark.parametrize(
+    ("kind", "category", "variant"), VARIANT_CASES, ids=[f"{k.kind}-{c}-{v}" for k, c, v in VARIANT_CASES]
+)
+async def test_variants_are_consistent(
+    diag_cluster: Callable[..., Any],
+    make_client: Callable[..., Client],
+    kind: kubesim.KindSpec,
+    category: str,
+    variant: str,
+) -> None:
+    cluster = await diag_cluster(kind)
+    driver = kubesim.ScenarioDriver(cluster, seed=5, rate=None)
+    truth = await driver.run_diagnosis(kind, category, variant=variant)
+    assert truth.extra["variant"] == variant
+    await _check(cluster, make_client(cluster), driver, truth)
+    states = [(e.phase, e.sub_phase) for e in driver.truth if e.uid == truth.uid]
+    assert states[0] == ("Pending", "Queued")  # Kueue-managed from creation
+    if variant == "kueue":
+        assert ("Running", None) in states
+        assert states[-1] == ("Pending", "Queued")  # back in the queue, not Failed
+        assert truth.blame == "policy"
+        assert truth.position is not None
+    else:
+        earlier = driver.diagnoses[0]
+        assert driver.diagnoses == [earlier, truth]
+        assert (earlier.category, earlier.phase, earlier.sub_phase) == ("QueueWaiting", "Pending", "Queued")
+        assert earlier.uid == truth.uid
+        assert truth.phase in ("Pending", "Running")
+        assert truth.resource == "nvidia.com/gpu"
+
+
+async def test_variants_need_kueue(sim: kubesim.Simulator) -> None:
+    cluster = await sim.add_cluster("c", tls=False)
+    driver = kubesim.ScenarioDriver(cluster, rate=None)
+    with pytest.raises(kubesim.NotApplicable):
+        await driver.run_diagnosis("Job", "Preempted", variant="kueue")
+    with pytest.raises(KeyError):
+        await driver.run_diagnosis("Job", "OOMKilled", variant="kueue")
