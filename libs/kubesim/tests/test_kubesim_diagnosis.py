@@ -144,7 +144,10 @@ def _check_pod_evidence(truth: kubesim.DiagnosisTruth, pod: dict[str, Any]) -> N
     state, last = cs["state"], cs["lastState"]
     if c in ("OOMKilled", "ExitCode", "PodFailurePolicy", "Preempted", "Evicted", "NodeFailure"):
         assert st["phase"] == "Failed"
+        assert pod["spec"]["restartPolicy"] == "Never"  # a pod that restarts in place never fails
         assert state["terminated"]["exitCode"] == truth.exit_code
+    if c == "CrashLoop" or (c == "BackoffLimitExceeded" and cs["restartCount"] > 0):
+        assert pod["spec"]["restartPolicy"] in ("OnFailure", "Always")
     if c == "OOMKilled":
         assert state["terminated"]["reason"] == "OOMKilled"
     if c == "ExitCode":

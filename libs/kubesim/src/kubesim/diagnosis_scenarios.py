@@ -238,7 +238,9 @@ class DiagnosisRun:
         retries = {"BackoffLimitExceeded": 2 if self.family != "kubeflow" else 3}.get(c, 0)
         if self.family in ("jobset", "trainjob", "mpi-v2") and c == "BackoffLimitExceeded":
             retries = 1
-        restart = "OnFailure" if c in ("CrashLoop", "BackoffLimitExceeded") else "Never"
+        # Kubeflow retries in place (OnFailure); the other controllers replace failed pods (Never).
+        in_place = c == "CrashLoop" or (c == "BackoffLimitExceeded" and self.family == "kubeflow")
+        restart = "OnFailure" if in_place else "Never"
         queue = LOCAL_QUEUE_NAME if c == "QueueWaiting" or self.variant else None
         body = self.job.manifest(
             restart_policy=restart,

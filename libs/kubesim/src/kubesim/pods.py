@@ -111,12 +111,22 @@ def jobset_labels(
     }
 
 
-def _replicas(job: dict[str, Any]) -> dict[str, int]:
+def _replicas(job: dict[str, Any]) -> dict[str, tuple[int, str]]:
+    """replica type -> (replicas, the pods' restartPolicy: the operators map ``ExitCode`` to Never)."""
     specd = job.get("spec") or {}
     key = next((k for k in specd if k.endswith("ReplicaSpecs")), None)
     if key is None:
         return {}
-    return {rt: int(v.get("replicas", 1)) for rt, v in specd[key].items()}
+    out: dict[str, tuple[int, str]] = {}
+    for rt, v in specd[key].items():
+        policy = str(v.get("restartPolicy") or "Never")
+        out[rt] = (int(v.get("replicas", 1)), "Never" if policy == "ExitCode" else policy)
+    return out
+
+
+def _template_policy(template: Any, default: str = "Never") -> str:
+    spec = template.get("spec") if isinstance(template, dict) else None
+    return str((spec or {}).get("restartPolicy") or default)
 
 
 def layout(
@@ -146,13 +156,14 @@ def layout(
                 "python:3.11-slim",
                 batch_labels(name, uid),
                 owner=me,
+                restart_policy=_template_policy((job.get("spec") or {}).get("template")),
             )
         )
     elif family in ("kubeflow", "mpi-v2"):
         container, image = _CONTAINER[spec.kind]
         replicas = _replicas(job)
         has_master = any(rt in replicas for rt in ("Master", "Chief"))
-        for rtype, count in replicas.items():
+        for rtype, (count, policy) in replicas.items():
             for i in range(count):
                 labels = {"training.kubeflow.org/job-name": name.replace("/", "-")}
                 annotations: dict[str, str] = {}
@@ -198,6 +209,7 @@ def layout(
                         labels,
                         annotations,
                         owner,
+                        restart_policy=policy,
                         scheduler="volcano" if gang == "volcano" else "default-scheduler",
                         gpus=0 if rtype == "Launcher" else 1,
                     )
@@ -265,7 +277,7 @@ def layout(
                         labels,
                         annotations,
                         me,
-                        restart_policy="OnFailure",
+                        restart_policy=_template_policy(task.get("template"), "OnFailure"),
                         scheduler="volcano",
                     )
                 )
@@ -306,7 +318,7 @@ def layout(
                 head,
                 dict(annotations),
                 rc_owner,
-                "Always",
+                "Never",  # KubeRay recreates failed Ray pods itself
                 sched,
                 gpus=0,
             )
@@ -321,7 +333,7 @@ def layout(
                 worker,
                 dict(annotations),
                 rc_owner,
-                "Always",
+                "Never",  # KubeRay recreates failed Ray pods itself
                 sched,
             )
         )
