@@ -245,6 +245,16 @@ async def _check(
     # Warning events about the job, its pods, its children: the truth names their reasons.
     _, events = await client.get("/api/v1/events", fieldSelector="type=Warning")
     assert set(truth.warnings) <= {e["reason"] for e in events["items"]}
+    abnormal = {"ImagePullFailed": "ImagePullBackOff", "ConfigError": "CreateContainerConfigError"}
+    abnormal.update(Unschedulable="Unschedulable", CrashLoop="CrashLoopBackOff")
+    if truth.api_version == "kubeflow.org/v1" and truth.category in abnormal:
+        _, on_job = await client.get(
+            f"/api/v1/namespaces/{truth.namespace}/events",
+            fieldSelector=f"involvedObject.uid={truth.uid},type=Warning",
+        )
+        [ev] = [e for e in on_job["items"] if e["reason"] == abnormal[truth.category]]
+        assert ev["message"].startswith(f"Error pod {truth.pod} ")  # RecordAbnormalPods
+        assert ev["source"]["component"] == f"{truth.kind.lower()}-controller"
     if truth.category == "QuotaExceeded":
         assert any("exceeded quota" in e["message"] and e["reason"] == truth.reason for e in events["items"])
     if truth.pod is not None:

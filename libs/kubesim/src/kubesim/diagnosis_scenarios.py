@@ -151,6 +151,19 @@ class DiagnosisRun:
             field_path=f"spec.containers{{{pod.slot.container}}}",
         )
 
+    def _abnormal(self, pod: PodState, reason: str, message: str) -> None:
+        """training-operator's ``RecordAbnormalPods``: a Warning on the job for each active pod that
+        waits or has no container yet (reference §3.2), from ``<kind>-controller``."""
+        if self.family != "kubeflow":
+            return
+        self.event(
+            run_obj(self), "Warning", reason, message, component=f"{self.spec.kind.lower()}-controller"
+        )
+
+    @staticmethod
+    def _waiting_text(pod: PodState, message: str) -> str:
+        return f"Error pod {pod.name} container {pod.slot.container} waiting message: {message}"
+
     def slots(self) -> list[PodSlot]:
         """The job's pods (computed once: names with random suffixes stay put)."""
         if self._slots is None:
@@ -436,6 +449,7 @@ class DiagnosisRun:
                     action="Scheduling",
                 )
                 facts.update(reason="Unschedulable", message=msg, resource=RESOURCE)
+                self._abnormal(pod, "Unschedulable", f"Error pod {pod.name} condition message: {msg}")
                 continue
             self.bind(pod)
             if how == "ImagePullFailed":
@@ -452,10 +466,12 @@ class DiagnosisRun:
                 self._kubelet(pod, "Warning", "Failed", "Error: ImagePullBackOff")
                 pod.waiting("ImagePullBackOff", msg)
                 facts.update(reason="ImagePullBackOff", message=msg, extra={"image": BAD_IMAGE})
+                self._abnormal(pod, "ImagePullBackOff", self._waiting_text(pod, msg))
             else:
                 msg = 'secret "wandb-api-key" not found'
                 pod.waiting("CreateContainerConfigError", msg)
                 self._kubelet(pod, "Warning", "Failed", f"Error: {msg}")
+                self._abnormal(pod, "CreateContainerConfigError", self._waiting_text(pod, msg))
                 facts.update(reason="CreateContainerConfigError", message=msg)
         facts["since"] = since
         await self.progress(len(slots))
@@ -495,6 +511,8 @@ class DiagnosisRun:
                 f"{pod.name}_{pod.namespace}({pod.uid})",
             )
         previous = pod.obj["status"]["containerStatuses"][0]["lastState"]["terminated"]["containerID"]
+        waiting_msg = pod.obj["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+        self._abnormal(pod, "CrashLoopBackOff", self._waiting_text(pod, waiting_msg))
         await self.progress(len(slots))
         waiting = pod.obj["status"]["containerStatuses"][0]["state"]["waiting"]
         return {
