@@ -6,10 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from conftest import Client
 
 import kubesim
 from kubesim.objects import now
+
+Client = Any  # conftest.Client: conftest modules are not importable when suites run together
 
 PODS = "/api/v1/namespaces/default/pods"
 EVENTS = "/api/v1/namespaces/default/events"
