@@ -174,8 +174,10 @@ def test_resolve_kind_names() -> None:
     assert kubesim.resolve_kind("vcjob") is kubesim.VOLCANO_JOB
     assert kubesim.resolve_kind("Job") is kubesim.BATCH_JOB
     assert kubesim.resolve_kind("batch.volcano.sh/v1alpha1/Job") is kubesim.VOLCANO_JOB
+    assert kubesim.resolve_kind("Pod") is kubesim.POD  # the evidence kinds resolve too
+    assert kubesim.resolve_kind("events.events.k8s.io") is kubesim.EVENT_V1
     with pytest.raises(KeyError):
-        kubesim.resolve_kind("Pod")
+        kubesim.resolve_kind("Deployment")
 
 
 def test_selectors() -> None:

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubesim.diagnosis_scenarios import cases
 from kubesim.kinds import ALL_KINDS, ALL_KINDS_MPI_V1
 from kubesim.scenarios import ScenarioDriver
 from kubesim.simulator import Simulator
@@ -23,9 +24,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--name-prefix", default="sim", help="cluster names are <prefix>-<n>")
     p.add_argument(
         "--scenario",
-        choices=("none", "demo"),
+        choices=("none", "demo", "diagnosis"),
         default="none",
-        help="'demo' keeps creating jobs of every kind through realistic lifecycles",
+        help="'demo' keeps creating jobs of every kind through realistic lifecycles; 'diagnosis' runs "
+        "every diagnosis scenario once (each category on each kind it applies to)",
     )
     p.add_argument("--rate", type=float, default=2.0, help="status writes per second per job (demo)")
     p.add_argument("--concurrency", type=int, default=8, help="jobs running at once per cluster (demo)")
@@ -42,6 +44,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--history", type=int, default=10_000, help="watch history length per cluster")
     p.add_argument("--bookmark-interval", type=float, default=60.0)
+    p.add_argument("--kueue", action="store_true", help="install Kueue (Workloads, queues, visibility API)")
+    p.add_argument("--volcano-podgroups", action="store_true", help="serve scheduling.volcano.sh PodGroups")
+    p.add_argument("--coscheduling", action="store_true", help="serve scheduling.x-k8s.io PodGroups")
     return p.parse_args(argv)
 
 
@@ -61,18 +66,30 @@ async def serve(
                 history_limit=args.history,
                 bookmark_interval=args.bookmark_interval,
                 seed=args.seed + i,
+                kueue=args.kueue,
+                volcano_podgroups=args.volcano_podgroups,
+                coscheduling=args.coscheduling,
             )
             path = cluster.write_kubeconfig(args.kubeconfig_dir / f"{cluster.name}.kubeconfig")
             print(f"{cluster.name} {cluster.url} {path.resolve()}", flush=True)
-            if args.scenario == "demo":
+            if args.scenario in ("demo", "diagnosis"):
                 drivers.append(ScenarioDriver(cluster, seed=args.seed + i, rate=args.rate))
         if ready is not None:
             ready.set()
         async with asyncio.TaskGroup() as tg:
-            runners = [tg.create_task(d.run_forever(concurrency=args.concurrency)) for d in drivers]
+            if args.scenario == "diagnosis":
+                runners = [tg.create_task(_diagnose_all(d)) for d in drivers]
+            else:
+                runners = [tg.create_task(d.run_forever(concurrency=args.concurrency)) for d in drivers]
             await stop.wait()
             for t in runners:
                 t.cancel()
+
+
+async def _diagnose_all(driver: ScenarioDriver) -> None:
+    for spec, category in cases(driver.cluster):
+        truth = await driver.run_diagnosis(spec, category)
+        print(f"{truth.cluster} {truth.kind} {truth.namespace}/{truth.name} {truth.category}", flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

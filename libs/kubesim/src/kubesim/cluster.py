@@ -19,7 +19,15 @@ from aiohttp import web
 from kubesim import errors
 from kubesim import tls as tlsmod
 from kubesim.faults import Faults
-from kubesim.kinds import ALL_KINDS, KindSpec
+from kubesim.kinds import (
+    ALL_KINDS,
+    CORE_KINDS,
+    COSCHEDULING_PODGROUP,
+    KUEUE_KINDS,
+    VOLCANO_PODGROUP,
+    KindSpec,
+)
+from kubesim.podlogs import PodLogs
 from kubesim.server import handle_request
 from kubesim.store import Backup, Store
 from kubesim.watch import WatchHub
@@ -49,6 +57,11 @@ class Cluster:
         seed: int | None = None,
         watch_cache: bool = True,
         storage_init_seconds: float = 0.0,
+        core: bool = True,
+        kueue: bool = False,
+        volcano_podgroups: bool = False,
+        coscheduling: bool = False,
+        forbidden: Iterable[str] = (),
     ) -> None:
         self.name = name
         self.tls = tls
@@ -67,7 +80,17 @@ class Cluster:
         self._watch_timeout = watch_timeout
         self._workdir = workdir
         self._rand = random.Random(seed)
-        self.store = Store(kinds, history_limit=history_limit, seed=seed)
+        served = [*kinds, *(CORE_KINDS if core else ())]
+        served += [*(KUEUE_KINDS if kueue else ())]
+        served += [VOLCANO_PODGROUP] if volcano_podgroups else []
+        served += [COSCHEDULING_PODGROUP] if coscheduling else []
+        self.store = Store(served, history_limit=history_limit, seed=seed)
+        # Container logs by containerID (what the kubelets of the simulated nodes hold).
+        self.logs = PodLogs()
+        # RBAC denials per resource, e.g. {("", "pods"), ("", "pods/log"), ("events.k8s.io", "events")}.
+        self.forbidden_resources: set[tuple[str, str]] = set()
+        for resource in forbidden:
+            self.forbid(resource)
         self.hub = WatchHub(self.store)
         self.token = token or secrets.token_urlsafe(24)
         self.tokens: dict[str, tuple[str, bool]] = {self.token: ("kubesim-admin", True)}
@@ -280,9 +303,33 @@ class Cluster:
         tlsmod.load(self._ssl, self._certs, self._workdir / self.name)
         await self._close_connections()
 
+    # ----------------------------------------------------------------- RBAC
+    def forbid(self, resource: str) -> None:
+        """Answer 403 Forbidden for ``resource`` to every token, as RBAC does for a role without
+        it: ``"pods"``, ``"pods/log"``, ``"events"`` (core/v1), ``"events.events.k8s.io"``,
+        ``"workloads.kueue.x-k8s.io"``, ``"clusterqueues/pendingworkloads.visibility.kueue.x-k8s.io"``
+        (kubectl's ``resource[/subresource].group`` notation)."""
+        self.forbidden_resources.add(_split_resource(resource))
+
+    def allow(self, resource: str) -> None:
+        """Undo :meth:`forbid`."""
+        self.forbidden_resources.discard(_split_resource(resource))
+
+    def is_forbidden(self, spec: KindSpec, subresource: str | None = None) -> bool:
+        if not self.forbidden_resources:
+            return False
+        plural = f"{spec.plural}/{subresource}" if subresource else spec.plural
+        return (spec.group, plural) in self.forbidden_resources
+
     # --------------------------------------------------------------- kinds
     @property
     def kinds(self) -> tuple[KindSpec, ...]:
+        """The job kinds served (what scenarios and watchers of jobs care about)."""
+        return tuple(k for k in self.store.kinds if k.job)
+
+    @property
+    def served(self) -> tuple[KindSpec, ...]:
+        """Every kind served: the job kinds and the evidence kinds (pods, Events, Kueue, PodGroups)."""
         return self.store.kinds
 
     def serve_kind(self, kind: KindSpec, *, replace: bool = False) -> None:
@@ -302,3 +349,10 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"<Cluster {self.name} {self.url}>"
+
+
+def _split_resource(resource: str) -> tuple[str, str]:
+    """``"pods/log"`` -> ``("", "pods/log")``;
+    ``"events.events.k8s.io"`` -> ``("events.k8s.io", "events")``."""
+    plural, _, group = resource.partition(".")
+    return group, plural

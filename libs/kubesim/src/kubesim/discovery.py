@@ -37,16 +37,56 @@ def api_versions(address: str) -> dict[str, Any]:
     }
 
 
-def core_v1() -> dict[str, Any]:
-    return {"kind": "APIResourceList", "groupVersion": "v1", "resources": []}
+def core_v1(kinds: Iterable[KindSpec] = ()) -> dict[str, Any]:
+    """``/api/v1``: the core kinds served (pods, events)."""
+    return {
+        "kind": "APIResourceList",
+        "groupVersion": "v1",
+        "resources": _resources([k for k in kinds if k.group == ""]),
+    }
+
+
+# Kueue's visibility API (an aggregated APIService) comes with Kueue: served when Workloads are.
+VISIBILITY_GROUP = "visibility.kueue.x-k8s.io"
+VISIBILITY_VERSION = "v1beta1"
+
+
+def serves_visibility(kinds: Iterable[KindSpec]) -> bool:
+    return any(k.group == "kueue.x-k8s.io" and k.kind == "Workload" for k in kinds)
+
+
+def _visibility_resources() -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for plural, kind, namespaced in (
+        ("clusterqueues", "ClusterQueue", False),
+        ("localqueues", "LocalQueue", True),
+    ):
+        out.append(
+            {"name": plural, "singularName": plural[:-1], "namespaced": namespaced, "kind": kind, "verbs": []}
+        )
+        out.append(
+            {
+                "name": f"{plural}/pendingworkloads",
+                "singularName": "",
+                "namespaced": namespaced,
+                "kind": "PendingWorkloadsSummary",
+                "verbs": ["get"],
+            }
+        )
+    return out
 
 
 def _groups(kinds: Iterable[KindSpec]) -> dict[str, list[str]]:
     groups: dict[str, list[str]] = {}
+    kinds = list(kinds)
     for k in kinds:
+        if not k.group:
+            continue  # the core group is /api, not /apis
         versions = groups.setdefault(k.group, [])
         if k.version not in versions:
             versions.append(k.version)
+    if serves_visibility(kinds):
+        groups[VISIBILITY_GROUP] = [VISIBILITY_VERSION]
     return groups
 
 
@@ -72,9 +112,23 @@ def api_group(kinds: Iterable[KindSpec], group: str) -> dict[str, Any] | None:
 
 
 def api_resource_list(kinds: Iterable[KindSpec], group: str, version: str) -> dict[str, Any] | None:
-    matching = [k for k in kinds if k.group == group and k.version == version]
-    if not matching:
-        return None
+    kinds = list(kinds)
+    if (group, version) == (VISIBILITY_GROUP, VISIBILITY_VERSION) and serves_visibility(kinds):
+        resources = _visibility_resources()
+    else:
+        matching = [k for k in kinds if k.group == group and k.version == version and group]
+        if not matching:
+            return None
+        resources = _resources(matching)
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}",
+        "resources": resources,
+    }
+
+
+def _resources(matching: list[KindSpec]) -> list[dict[str, Any]]:
     resources: list[dict[str, Any]] = []
     for k in sorted(matching, key=lambda s: s.plural):
         main: dict[str, Any] = {
@@ -90,18 +144,14 @@ def api_resource_list(kinds: Iterable[KindSpec], group: str, version: str) -> di
             main["categories"] = list(k.categories)
         main["storageVersionHash"] = f"{zlib.crc32(k.resource.encode()):08x}"
         resources.append(main)
-        resources.append(
-            {
-                "name": f"{k.plural}/status",
-                "singularName": "",
-                "namespaced": k.namespaced,
-                "kind": k.kind,
-                "verbs": ["get", "patch", "update"],
-            }
-        )
-    return {
-        "kind": "APIResourceList",
-        "apiVersion": "v1",
-        "groupVersion": f"{group}/{version}",
-        "resources": resources,
-    }
+        for sub in sorted(k.subresources):
+            resources.append(
+                {
+                    "name": f"{k.plural}/{sub}",
+                    "singularName": "",
+                    "namespaced": k.namespaced,
+                    "kind": k.kind,
+                    "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+                }
+            )
+    return resources

@@ -155,12 +155,28 @@ def unauthorized() -> ApiError:
     return ApiError(401, "Unauthorized")
 
 
-def forbidden(user: str, verb: str, spec: KindSpec | None, namespace: str | None, path: str) -> ApiError:
+def forbidden(
+    user: str,
+    verb: str,
+    spec: KindSpec | None,
+    namespace: str | None,
+    path: str,
+    *,
+    name: str | None = None,
+    subresource: str | None = None,
+) -> ApiError:
+    """RBAC's answer, e.g. ``pods is forbidden: User "system:serviceaccount:x:y" cannot list
+    resource "pods" in API group "" at the cluster scope``; for one object
+    ``pods "p" is forbidden: ... cannot get resource "pods/log" ... in the namespace "ns"``."""
     if spec is None:
         return ApiError(403, f'forbidden: User "{user}" cannot {verb} path "{path}"', details={})
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    resource = f"{spec.plural}/{subresource}" if subresource else spec.plural
+    subject = f'{_qualified(spec)} "{name}"' if name else _qualified(spec)
     msg = (
-        f'{_qualified(spec)} is forbidden: User "{user}" cannot {verb} resource "{spec.plural}" '
+        f'{subject} is forbidden: User "{user}" cannot {verb} resource "{resource}" '
         f'in API group "{spec.group}" {scope}'
     )
-    return ApiError(403, msg, details={"group": spec.group, "kind": spec.plural})
+    details: dict[str, Any] = {"name": name} if name else {}
+    details.update(group=spec.group, kind=spec.plural)
+    return ApiError(403, msg, details=details)

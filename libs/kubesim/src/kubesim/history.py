@@ -26,6 +26,8 @@ class StoredObject:
     rv: int
     labels: dict[str, str]
     data: bytes
+    # The selectable fields of built-in kinds that have more than metadata.name/namespace.
+    fields: dict[str, str] | None = None
 
     def decode(self) -> dict[str, Any]:
         value: dict[str, Any] = orjson.loads(self.data)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from kubesim import errors
+from kubesim import errors, views
 from kubesim.kinds import KindSpec
 from kubesim.selectors import FieldSelector, LabelSelector
 from kubesim.store import Store, StoredObject
@@ -144,7 +144,11 @@ async def serve_list(req: ListRequest, store: Store) -> bytes:
         await _wait_for_rv(store, _int_rv(rv_raw))
     snap_rv, objs = store.snapshot(spec, at, namespace=req.namespace)
     if not req.labels.empty or not req.fields.empty:
-        objs = [o for o in objs if req.labels.matches(o.labels) and req.fields.matches(o.namespace, o.name)]
+        objs = [
+            o
+            for o in objs
+            if req.labels.matches(o.labels) and req.fields.matches(o.namespace, o.name, o.fields)
+        ]
     if start:
         key_start = start.rstrip("\x00")
         objs = [o for o in objs if _key(o) > key_start]
@@ -156,7 +160,9 @@ async def serve_list(req: ListRequest, store: Store) -> bytes:
         if req.labels.empty and req.fields.empty:
             meta["remainingItemCount"] = rest
     head = orjson.dumps({"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta})
-    datas = [_strip_type(o.data) for o in objs] if spec.builtin else [o.data for o in objs]
+    datas = [views.outward_bytes(spec, o.data) for o in objs]
+    if spec.builtin:
+        datas = [_strip_type(d) for d in datas]
     return b"".join((head[:-1], b',"items":[', b",".join(datas), b"]}"))
 
 

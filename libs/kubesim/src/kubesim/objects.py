@@ -102,13 +102,32 @@ def prepare_create(
     meta["name"] = name
     meta["uid"] = uid
     meta["creationTimestamp"] = now()
-    meta["generation"] = 1
+    if not _no_generation(spec):
+        meta["generation"] = 1
     body["metadata"] = meta
     if drop_status:
         body.pop("status", None)
     if spec.builtin and spec.kind == "Job":
         _default_batch_job(body, uid)
+    if spec.builtin and spec.kind == "Pod" and "status" not in body:
+        body["status"] = {"phase": "Pending", "qosClass": _qos_class(body.get("spec"))}
     return body
+
+
+def _no_generation(spec: KindSpec) -> bool:
+    """Events have no spec and no ``metadata.generation``."""
+    return spec.builtin and spec.kind == "Event"
+
+
+def _qos_class(pod_spec: Any) -> str:
+    """The pod strategy's ``PrepareForCreate``: a new pod is Pending with its QoS class."""
+    containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+    resources = [c.get("resources") or {} for c in containers or () if isinstance(c, dict)]
+    if not any(r.get("requests") or r.get("limits") for r in resources):
+        return "BestEffort"
+    if all(r.get("limits") and (r.get("requests") or r["limits"]) == r["limits"] for r in resources):
+        return "Guaranteed"
+    return "Burstable"
 
 
 def _default_batch_job(body: dict[str, Any], uid: str) -> None:
@@ -231,7 +250,8 @@ def prepare_update(
         body["status"] = old["status"]
     else:
         body.pop("status", None)
-    if _without(body, "metadata", "status") != _without(old, "metadata", "status"):
+    changed = _without(body, "metadata", "status") != _without(old, "metadata", "status")
+    if changed and not _no_generation(spec):
         meta["generation"] = int(old_meta.get("generation") or 0) + 1
     return body
 

@@ -19,6 +19,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from kubesim import lifecycles, lifecycles_more
+from kubesim.diagnosis import DiagnosisTruth
+from kubesim.diagnosis_scenarios import DiagnosisRun
+from kubesim.events import Recorder
 from kubesim.kinds import KindSpec
 from kubesim.runs import JobGone, JobRun, Options, Outcome
 from kubesim.truth import TruthEntry, TruthLog
@@ -52,6 +55,8 @@ class ScenarioDriver:
         self._counter = itertools.count(1)
         self._gate = asyncio.Event()  # cleared by hold(): the cluster's jobs stand still
         self._gate.set()
+        self.recorder = Recorder(cluster.store)
+        self.diagnoses: list[DiagnosisTruth] = []
 
     @property
     def truth(self) -> list[TruthEntry]:
@@ -113,6 +118,32 @@ class ScenarioDriver:
             delete=r.random() < 0.6,
             delete_while_running=r.random() < 0.05,
         )
+
+    async def run_diagnosis(
+        self,
+        kind: KindSpec | str,
+        category: str,
+        *,
+        name: str | None = None,
+        namespace: str = "default",
+        variant: str | None = None,
+    ) -> DiagnosisTruth:
+        """Drive one job of ``kind`` into diagnosis ``category`` (``kubesim.CATEGORIES``): its pods,
+        Events, logs, Kueue Workload or PodGroup and its status, consistently. Returns the ground
+        truth (also appended to :attr:`diagnoses`); the job's transitions go to :attr:`truth`.
+        Raises ``NotApplicable`` when the category does not apply to the kind or the cluster.
+        ``variant`` (``kubesim.DIAGNOSIS_VARIANTS``): ``("Preempted", "kueue")`` is Kueue preempting
+        the running job; ``("Unschedulable", "after-queue")`` first waits in the queue (that
+        ``QueueWaiting`` truth is appended to :attr:`diagnoses` first)."""
+        spec = self.cluster.store.spec(kind)
+        run = JobRun(
+            self.cluster, self.log, spec, namespace, name or self._name(spec), self.interval, self._gate
+        )
+        scenario = DiagnosisRun(run, category, self.random, self.recorder, variant)
+        truth = await scenario.execute()
+        self.diagnoses.extend(scenario.earlier)
+        self.diagnoses.append(truth)
+        return truth
 
     async def run_demo(
         self, *, jobs: int = 20, concurrency: int = 8, kinds: Iterable[KindSpec | str] | None = None

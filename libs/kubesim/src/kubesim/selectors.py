@@ -98,30 +98,45 @@ class FieldSelector:
     namespace_eq: str | None = None
     namespace_ne: tuple[str, ...] = ()
     impossible: bool = False
+    # Other selectable fields of built-in kinds: (field, value, negated).
+    extra: tuple[tuple[str, str, bool], ...] = ()
 
-    def matches(self, namespace: str, name: str) -> bool:
+    def matches(self, namespace: str, name: str, fields: Mapping[str, str] | None = None) -> bool:
         if self.impossible:
             return False
         if self.name_eq is not None and name != self.name_eq:
             return False
         if self.namespace_eq is not None and namespace != self.namespace_eq:
             return False
-        return name not in self.name_ne and namespace not in self.namespace_ne
+        if name in self.name_ne or namespace in self.namespace_ne:
+            return False
+        if self.extra:
+            got = fields or {}
+            return all((got.get(f, "") == v) != neg for f, v, neg in self.extra)
+        return True
 
     @property
     def empty(self) -> bool:
         return not self.raw
 
 
-def parse_field_selector(raw: str | None, kind_label: str = "") -> FieldSelector:
+def parse_field_selector(
+    raw: str | None,
+    kind_label: str = "",
+    allowed: tuple[str, ...] = (),
+    aliases: Mapping[str, str] | None = None,
+) -> FieldSelector:
     """Parse ``fieldSelector``. Custom resources support only ``metadata.name`` and
-    ``metadata.namespace``; anything else is a 400, as on a real server."""
+    ``metadata.namespace``; anything else is a 400, as on a real server. Built-in kinds add
+    their own fields (``allowed``; ``aliases`` renames a view's fields to the stored ones) and
+    answer an unknown one with ``field label not supported``."""
     if not raw or not raw.strip():
         return FieldSelector("")
     name_eq: str | None = None
     ns_eq: str | None = None
     name_ne: list[str] = []
     ns_ne: list[str] = []
+    extra: list[tuple[str, str, bool]] = []
     impossible = False
     for part in raw.split(","):
         part = part.strip()
@@ -131,6 +146,11 @@ def parse_field_selector(raw: str | None, kind_label: str = "") -> FieldSelector
                 break
         else:
             raise bad_request(f"invalid selector: '{raw}'; can't understand '{part}'")
+        if field in allowed:
+            extra.append(((aliases or {}).get(field, field), value, op == "!="))
+            continue
+        if allowed and field not in ("metadata.name", "metadata.namespace"):
+            raise bad_request(f"field label not supported: {field}")
         if field not in ("metadata.name", "metadata.namespace"):
             label = f'"{field}" is not a known field selector: only "metadata.name", "metadata.namespace"'
             raise ApiError(400, label if not kind_label else f"{kind_label}: {label}")
@@ -142,4 +162,4 @@ def parse_field_selector(raw: str | None, kind_label: str = "") -> FieldSelector
         else:
             impossible = impossible or (ns_eq is not None and ns_eq != value)
             ns_eq = value
-    return FieldSelector(raw, name_eq, tuple(name_ne), ns_eq, tuple(ns_ne), impossible)
+    return FieldSelector(raw, name_eq, tuple(name_ne), ns_eq, tuple(ns_ne), impossible, tuple(extra))

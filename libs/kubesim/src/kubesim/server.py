@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
-from kubesim import discovery, errors
+from kubesim import discovery, errors, kueue, podlogs, views
 from kubesim.kinds import CRD, KindSpec
 from kubesim.listing import ListRequest, serve_list
+from kubesim.selectable import V1_EVENT_ALIASES
 from kubesim.selectors import parse_field_selector, parse_label_selector
 from kubesim.watch import WatchHandle, WatchRequest, serve_watch
 
@@ -91,27 +92,34 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
     if path == "/api":
         return _json(discovery.api_versions(cluster.address))
     if path == "/api/v1":
-        return _json(discovery.core_v1())
+        return _json(discovery.core_v1(kinds))
     if path == "/apis":
         return _json(discovery.api_group_list(kinds))
     parts = path.strip("/").split("/")
-    if parts[0] != "apis" or len(parts) < 2:
+    if parts[0] == "api" and len(parts) >= 3 and parts[1] == "v1":
+        group_name, version, rest = "", "v1", parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 2:
+        if len(parts) == 2:
+            group = discovery.api_group(kinds, parts[1])
+            if group is None:
+                raise errors.ApiError(404, "the server could not find the requested resource", details={})
+            return _json(group)
+        group_name, version = parts[1], parts[2]
+        if len(parts) == 3:
+            rl = discovery.api_resource_list(kinds, group_name, version)
+            if rl is None:
+                raise errors.ApiError(404, "the server could not find the requested resource", details={})
+            return _json(rl)
+        rest = parts[3:]
+    else:
         raise errors.ApiError(404, "the server could not find the requested resource", details={})
-    if len(parts) == 2:
-        group = discovery.api_group(kinds, parts[1])
-        if group is None:
-            raise errors.ApiError(404, "the server could not find the requested resource", details={})
-        return _json(group)
-    group_name, version = parts[1], parts[2]
-    if len(parts) == 3:
-        rl = discovery.api_resource_list(kinds, group_name, version)
-        if rl is None:
-            raise errors.ApiError(404, "the server could not find the requested resource", details={})
-        return _json(rl)
-    rest = parts[3:]
     namespace: str | None = None
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
+    if group_name == discovery.VISIBILITY_GROUP and discovery.serves_visibility(kinds):
+        if not allowed:
+            raise errors.forbidden(user, "get", None, namespace, path)
+        return _json(kueue.serve_visibility(cluster, user, version, namespace, rest, request.query))
     spec = next(
         (k for k in kinds if k.group == group_name and k.version == version and k.plural == rest[0]), None
     )
@@ -119,14 +127,20 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
         spec = CRD  # readable only: list and watch
         if request.method != "GET" or len(rest) > 1:
             raise errors.ApiError(405, "the server does not allow this method on the requested resource")
-    if spec is None or len(rest) > 3 or (len(rest) == 3 and rest[2] != "status"):
+    if spec is None or len(rest) > 3 or (len(rest) == 3 and rest[2] not in spec.subresources):
         raise errors.ApiError(404, "the server could not find the requested resource", details={})
     name = rest[1] if len(rest) >= 2 else None
     sub = rest[2] if len(rest) == 3 else None
     verb = _verb(request, name)
-    if not allowed or (spec is CRD and not cluster.crds_readable):
-        raise errors.forbidden(user, verb, spec, namespace, path)
+    if not allowed or (spec is CRD and not cluster.crds_readable) or cluster.is_forbidden(spec, sub):
+        raise errors.forbidden(user, verb, spec, namespace, path, name=name, subresource=sub)
     cluster.check_storage(spec)  # after authorization, as the storage layer answers it
+    if sub == "log":
+        if request.method != "GET":
+            raise errors.ApiError(405, "the server does not allow this method on the requested resource")
+        return podlogs.serve(cluster, namespace or "", str(name), request.query)
+    if spec.view_of:
+        return await _view(cluster, request, spec, namespace, name, verb)
     if name is None:
         if verb in ("list", "watch"):
             return await _list_or_watch(cluster, request, spec, namespace, verb == "watch")
@@ -141,6 +155,34 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
         raise errors.ApiError(404, "the server could not find the requested resource", details={})
     ns = namespace or ""
     return await _object(cluster, request, spec, ns, name, sub, verb)
+
+
+async def _view(
+    cluster: Cluster,
+    request: web.BaseRequest,
+    spec: KindSpec,
+    namespace: str | None,
+    name: str | None,
+    verb: str,
+) -> web.StreamResponse:
+    """A kind that is another's storage seen differently (events.k8s.io/v1 Events): reads and
+    create/delete convert; other writes are left to the stored kind's API."""
+    store = cluster.store
+    base = next(k for k in store.kinds if k.resource == spec.view_of)
+    if name is None and verb in ("list", "watch"):
+        return await _list_or_watch(cluster, request, spec, namespace, verb == "watch")
+    if name is None and verb == "create" and namespace is not None:
+        body = views.inward(spec, await _body(request))
+        if isinstance(body, dict) and isinstance(body.get("metadata"), dict):
+            body["metadata"].pop("resourceVersion", None)
+        obj = store.create(base, body, namespace=namespace)
+        return _json(views.outward(spec, obj), 201)
+    if name is not None and namespace is not None and verb in ("get", "delete"):
+        if verb == "get":
+            return _json(views.outward(spec, store.get(base, namespace, name)))
+        obj, _ = store.delete(base, namespace, name)
+        return _json(views.outward(spec, obj))
+    raise errors.ApiError(405, "the server does not allow this method on the requested resource")
 
 
 def _verb(request: web.BaseRequest, name: str | None) -> str:
@@ -202,7 +244,8 @@ async def _list_or_watch(
 ) -> web.StreamResponse:
     q = request.query
     labels = parse_label_selector(q.get("labelSelector"))
-    fields = parse_field_selector(q.get("fieldSelector"), spec.kind)
+    aliases = V1_EVENT_ALIASES if spec.view_of else None
+    fields = parse_field_selector(q.get("fieldSelector"), spec.kind, spec.fields, aliases)
     rv = q.get("resourceVersion")
     match = q.get("resourceVersionMatch")
     if not watch:

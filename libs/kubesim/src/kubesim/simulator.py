@@ -83,6 +83,11 @@ class Simulator:
         seed: int | None = None,
         watch_cache: bool = True,
         storage_init_seconds: float = 0.0,
+        core: bool = True,
+        kueue: bool = False,
+        volcano_podgroups: bool = False,
+        coscheduling: bool = False,
+        forbidden: Iterable[str] = (),
     ) -> Cluster:
         """Start a cluster listening on ``port`` (0: a free one).
 
@@ -92,6 +97,13 @@ class Simulator:
         uids reproducible; ``watch_cache=False``: no periodic bookmarks (``--watch-cache=false``);
         ``storage_init_seconds``: how long a kind answers 429 "storage is (re)initializing" after
         its first request or a restart (0: never).
+
+        Evidence for diagnosis: ``core`` serves pods (with ``pods/log``) and Events (core/v1 and
+        events.k8s.io/v1), as every real cluster does; ``kueue`` installs Kueue's Workload,
+        LocalQueue and ClusterQueue CRDs and its visibility API; ``volcano_podgroups`` Volcano's
+        ``scheduling.volcano.sh`` PodGroups; ``coscheduling`` scheduler-plugins'
+        ``scheduling.x-k8s.io`` PodGroups. ``forbidden``: resources every token gets 403 for
+        (``Cluster.forbid``).
         """
         if name in self.clusters:
             raise ValueError(f"cluster {name!r} exists")
@@ -110,6 +122,11 @@ class Simulator:
             seed=seed,
             watch_cache=watch_cache,
             storage_init_seconds=storage_init_seconds,
+            core=core,
+            kueue=kueue,
+            volcano_podgroups=volcano_podgroups,
+            coscheduling=coscheduling,
+            forbidden=forbidden,
         )
         await cluster.start()
         self.clusters[name] = cluster

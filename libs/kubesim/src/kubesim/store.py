@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from kubesim import errors, objects
+from kubesim import errors, objects, selectable
 from kubesim.history import History, HistoryEvent, Key, StoredObject, encode, storage_key
 from kubesim.kinds import CRD, KindSpec, resolve_kind
 
@@ -78,7 +78,7 @@ class Store:
             self.remove_kind(current)
         self._served[spec.resource] = spec
         self._spec_cache.clear()
-        self._objects.setdefault(spec.resource, {})
+        self._objects.setdefault(spec.bucket, {})
         self._epochs[spec.resource] = self._epochs.get(spec.resource, 0) + 1
         if not spec.builtin:
             self._write_crd(spec, "ADDED")
@@ -88,7 +88,8 @@ class Store:
         """Uninstall a kind (like deleting its CRD): its objects are deleted, with DELETED
         events, and its open watches end."""
         spec = self.spec(kind)
-        for key in sorted(self._objects.get(spec.resource, {})):
+        shared = any(s.bucket == spec.bucket for s in self._served.values() if s != spec)
+        for key in sorted(self._objects.get(spec.bucket, {})) if not shared else ():
             self.delete(spec, key[0], key[1], ignore_finalizers=True)
         del self._served[spec.resource]
         self._spec_cache.clear()
@@ -187,7 +188,7 @@ class Store:
         history starts at the backup (older resourceVersions get 410, newer ones wait)."""
         self._rv = backup.resource_version
         self._history = History(self._history.limit, backup.resource_version)
-        self._objects = {resource: {} for resource in [*self._served, CRD.resource]}
+        self._objects = {bucket: {} for bucket in [*(s.bucket for s in self._served.values()), CRD.resource]}
         for resource, bucket in backup.objects.items():
             if resource in self._objects:
                 self._objects[resource] = dict(bucket)
@@ -209,9 +210,9 @@ class Store:
         return self._history.after(rv, limit)
 
     def _commit(self, spec: KindSpec, etype: str, obj: StoredObject, prev: StoredObject | None) -> None:
-        self._history.append(HistoryEvent(obj.rv, etype, spec.resource, obj, prev))
-        self._resource_rv[spec.resource] = obj.rv
-        self._notify(spec.resource)
+        self._history.append(HistoryEvent(obj.rv, etype, spec.bucket, obj, prev))
+        self._resource_rv[spec.bucket] = obj.rv
+        self._notify(spec.bucket)
 
     def _next_rv(self) -> int:
         self._rv += 1
@@ -224,7 +225,7 @@ class Store:
 
     # ----------------------------------------------------------------- reads
     def _bucket(self, spec: KindSpec) -> dict[Key, StoredObject]:
-        return self._objects[spec.resource]
+        return self._objects[spec.bucket]
 
     def stored(self, kind: KindSpec | str, namespace: str, name: str) -> StoredObject:
         spec = self.spec(kind)
@@ -251,7 +252,7 @@ class Store:
             if rv < self._history.compacted_rv:
                 raise errors.gone("The resourceVersion for the provided list is too old.")
             for ev in self._history.newest_first(rv):
-                if ev.resource != spec.resource:
+                if ev.resource != spec.bucket:
                     continue
                 key = (ev.obj.namespace, ev.obj.name)
                 if ev.prev is None:
@@ -279,6 +280,7 @@ class Store:
             rv,
             labels if isinstance(labels, dict) else {},
             encode(body),
+            selectable.extract(spec, body),
         )
         bucket = self._bucket(spec)
         if etype == "DELETED":
@@ -346,6 +348,7 @@ class Store:
             rv,
             labels if isinstance(labels, dict) else {},
             encode(body),
+            selectable.extract(spec, body),
         )
         self._bucket(spec)[(stored.namespace, nm)] = stored
         self._commit(spec, "MODIFIED" if prev else "ADDED", stored, prev)

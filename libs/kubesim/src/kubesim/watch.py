@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from kubesim import errors
+from kubesim import errors, views
 from kubesim.faults import Faults
 from kubesim.kinds import KindSpec
 from kubesim.selectors import FieldSelector, LabelSelector
@@ -98,13 +98,14 @@ def _matcher(req: WatchRequest) -> Callable[[StoredObject], bool] | None:
     if req.labels.empty and req.fields.empty:
         return None
     labels, fields = req.labels, req.fields
-    return lambda o: labels.matches(o.labels) and fields.matches(o.namespace, o.name)
+    return lambda o: labels.matches(o.labels) and fields.matches(o.namespace, o.name, o.fields)
 
 
 def _encode(req: WatchRequest, events: list[HistoryEvent], pieces: list[bytes]) -> int:
     """Append the wire form of the events this watch should see; returns how many."""
-    resource, ns = req.spec.resource, req.namespace
+    resource, ns = req.spec.bucket, req.namespace
     match = _matcher(req)
+    view = bool(req.spec.view_of)
     n = 0
     append = pieces.append
     for ev in events:
@@ -124,7 +125,7 @@ def _encode(req: WatchRequest, events: list[HistoryEvent], pieces: list[bytes]) 
             elif not now_in:
                 continue
         append(_PREFIX[etype])
-        append(ev.obj.data)
+        append(ev.obj.data if not view else views.outward_bytes(req.spec, ev.obj.data))
         append(_SUFFIX)
         n += 1
     return n
@@ -165,7 +166,7 @@ async def serve_watch(
     initial = req.send_initial_events or rv_raw in ("", "0")
     while (stall := faults.stalled_for()) > 0 and not handle.dropped and time.monotonic() < deadline:
         await _wait(
-            store.changed(spec.resource), min(stall, deadline - time.monotonic())
+            store.changed(spec.bucket), min(stall, deadline - time.monotonic())
         )  # silent from the start
     if handle.dropped or time.monotonic() >= deadline:
         return
@@ -175,7 +176,7 @@ async def serve_watch(
         pieces: list[bytes] = []
         for o in objs:
             if match is None or match(o):
-                pieces += (_PREFIX["ADDED"], o.data, _SUFFIX)
+                pieces += (_PREFIX["ADDED"], views.outward_bytes(spec, o.data), _SUFFIX)
                 if len(pieces) >= BATCH * 3:
                     await write(b"".join(pieces))
                     pieces = []
@@ -190,14 +191,14 @@ async def serve_watch(
             return
     # A watch from the future is silent until the server's revision passes the requested one.
     silent_until = cursor if cursor > store.resource_version else 0
-    bookmarked = store.resource_rv(spec.resource)
+    bookmarked = store.resource_rv(spec.bucket)
     next_bookmark = started + bookmark_interval
     final_bookmark = deadline - FINAL_BOOKMARK_LEAD if req.timeout > 2 * FINAL_BOOKMARK_LEAD else None
     while True:
         now = time.monotonic()
         if handle.dropped or now >= deadline:
             return
-        changed = store.changed(spec.resource)
+        changed = store.changed(spec.bucket)
         if handle.frozen:
             await _wait(changed, deadline - now)
             continue
@@ -224,7 +225,7 @@ async def serve_watch(
             due = next_bookmark if final_bookmark is None else min(next_bookmark, final_bookmark)
             if now >= due:
                 final = final_bookmark is not None and now >= final_bookmark
-                resource_rv = store.resource_rv(spec.resource)
+                resource_rv = store.resource_rv(spec.bucket)
                 # Periodic bookmarks only when the resource changed; the one before the timeout always.
                 if final or resource_rv > bookmarked:
                     await write(_bookmark(spec, cursor))
