@@ -139,14 +139,14 @@ _COSCHEDULING = re.compile(
     r"PodGroup \S+ gets rejected|pod group is not ready|tasks in gang unschedulable|resource gap",
     re.IGNORECASE,
 )
-_EVICTED_RESOURCE = re.compile(r"low on resource: ([A-Za-z0-9./_-]+)")
+_EVICTED_RESOURCE = re.compile(r"low on resource: ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 _EXIT_IN_MESSAGE = re.compile(r"exit(?:ed with)? ?code:? (\d+)", re.IGNORECASE)
 _POD_CONTAINER = re.compile(r"[Ee]rror pod (\S+) container (\S+)")
 _FAILURE_POLICY_CONTAINER = re.compile(r"Container (\S+) for pod (\S+?)/(\S+) failed with exit code (\d+)")
 _FAILURE_POLICY_CONDITION = re.compile(r"Pod (\S+?)/(\S+) has condition (\S+) matching")
 _FIRST_FAILED_JOB = re.compile(r"first failed job: ([A-Za-z0-9.-]+)")
-_KUEUE_UNUSED = re.compile(r"insufficient unused quota for ([A-Za-z0-9./_-]+)")
-_KUEUE_MAX = re.compile(r"insufficient quota for ([A-Za-z0-9./_-]+) in flavor [^,;]*?> maximum capacity")
+_KUEUE_UNUSED = re.compile(r"insufficient unused quota for ([A-Za-z0-9./_-]+?) in flavor")
+_KUEUE_MAX = re.compile(r"insufficient quota for ([A-Za-z0-9./_-]+?) in flavor [^;]*?> maximum capacity")
 _RESOURCEQUOTA = re.compile(r"exceeded quota: [^,]+, requested: (?:requests\.|limits\.)?([A-Za-z0-9./_-]+)=")
 _DEADLINE_MESSAGE = re.compile(
     r"active longer than specified deadline|exceeded its active deadline|passed the activeDeadlineSeconds|"
@@ -714,6 +714,7 @@ def diagnose(
 
     chosen: Finding | None = None
     same: list[Finding] = []
+    event_failures = [f for f in event_findings if f.category in FAILURES]
     if verdict is not None and decisive:
         chosen = _enrich(verdict, findings)
     elif failures := [f for f in findings if f.category in FAILURES]:
@@ -721,16 +722,17 @@ def diagnose(
         same = [f for f in failures if chosen and f.category is chosen.category]
         if verdict is not None and verdict.category is C.BACKOFF_LIMIT_EXCEEDED and chosen is not None:
             chosen = replace(chosen, detail=_join(chosen.detail, "the job reached its backoff limit"))
-    elif (failing or job.phase is Phase.RUNNING) and (
-        event_failures := [f for f in event_findings if f.category in FAILURES]
-    ):
+    elif (failing or job.phase is Phase.RUNNING) and event_failures:
         chosen = _best(event_failures)
     elif job.phase is Phase.FAILED:
         chosen = verdict
     else:
-        chosen = _waiting(job, findings, event_findings, workload, podgroup)
+        chosen = _waiting(job, findings, workload, podgroup)
         if chosen is not None:
             same = [f for f in findings if f.category is chosen.category]
+        elif job.phase is not Phase.RUNNING:
+            # No pod, queue or gang to read: what the events say, failures first.
+            chosen = _best(event_failures) or _best(f for f in event_findings if f.category not in FAILURES)
     if chosen is None:
         return None
     if chosen.pod is not None and not same:
@@ -754,7 +756,6 @@ def _focus(job: JobEvidence, pods: Sequence[PodEvidence]) -> Sequence[PodEvidenc
 def _waiting(
     job: JobEvidence,
     findings: Sequence[Finding],
-    event_findings: Sequence[Finding],
     workload: KueueWorkload | None,
     podgroup: PodGroupEvidence | None,
 ) -> Finding | None:
@@ -773,10 +774,7 @@ def _waiting(
     gang = [f for f in findings if f.category is C.GANG_WAITING]
     if gang:
         return _best(gang)
-    if unschedulable:
-        return _best(unschedulable)
-    waiting_events = [f for f in event_findings if f.category not in FAILURES]
-    return _best(waiting_events)
+    return _best(unschedulable)
 
 
 def _enrich(verdict: Finding, findings: Sequence[Finding]) -> Finding:

@@ -27,8 +27,12 @@ from trainwatch_watcher.kinds.fields import parse_time
 # message's distinguishing head ("Back-off pulling image \"...\"", "The node was low on resource").
 MAX_EVIDENCE_MESSAGE = 160
 MAX_NAME = 253
+# Workload, PodGroup and job conditions are one per job, not one per pod: their messages are
+# kept whole up to the contract's bound (Kueue's "> maximum capacity" comes after 150 characters).
+MAX_OBJECT_MESSAGE = 1024
 
-_INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9./_-]+)")
+# A resource name: dot-separated words, never ending in the sentence's full stop.
+_INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 _OUT_OF = re.compile(r"^OutOf([A-Za-z0-9./_-]+)$")
 
 
@@ -38,13 +42,13 @@ def _s(value: object, limit: int = MAX_NAME) -> str | None:
     return sys.intern(value[:limit]) if len(value) <= 64 else value[:limit]
 
 
-def _msg(value: object) -> str | None:
+def _msg(value: object, limit: int = MAX_EVIDENCE_MESSAGE) -> str | None:
     if not isinstance(value, str):
         return None
     value = " ".join(value.split())  # one line
     if not value:
         return None
-    return value if len(value) <= MAX_EVIDENCE_MESSAGE else value[: MAX_EVIDENCE_MESSAGE - 1] + "…"
+    return value if len(value) <= limit else value[: limit - 1] + "…"
 
 
 def _int(value: object) -> int | None:
@@ -183,7 +187,7 @@ class JobEvidence:
     api_version: str | None = None
 
 
-def _conditions(items: object, keep: Any = None) -> tuple[Condition, ...]:
+def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE) -> tuple[Condition, ...]:
     out = []
     for item in _list(items):
         if not isinstance(item, Mapping):
@@ -197,7 +201,7 @@ def _conditions(items: object, keep: Any = None) -> tuple[Condition, ...]:
                 type=type_,
                 status=status,
                 reason=_s(item.get("reason"), 256),
-                message=_msg(item.get("message")),
+                message=_msg(item.get("message"), limit),
                 since=parse_time(item.get("lastTransitionTime")),
             )
         )
@@ -216,7 +220,7 @@ def insufficient_resources(message: str | None) -> tuple[str, ...]:
         return ()
     seen: dict[str, None] = {}
     for match in _INSUFFICIENT.finditer(message):
-        seen.setdefault(sys.intern(match.group(1).rstrip(".,")), None)
+        seen.setdefault(sys.intern(match.group(1)), None)
     return tuple(seen)
 
 
@@ -266,7 +270,7 @@ def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
     if name is None:
         return None
     spec, status = _map(pod.get("spec")), _map(pod.get("status"))
-    conditions = _conditions(status.get("conditions"), _explains_pod)
+    conditions = _conditions(status.get("conditions"), _explains_pod, MAX_EVIDENCE_MESSAGE)
     reason = _s(status.get("reason"), 128)
     insufficient: tuple[str, ...] = ()
     scheduled = next((c for c in conditions if c.type == "PodScheduled"), None)
@@ -413,7 +417,9 @@ def job_evidence(
     conditions = _conditions(status.get("conditions"))
     ray_reason = _s(status.get("reason"), 256)
     if kind == "rayjob" and ray_reason:
-        conditions += (Condition("Failed", "True", ray_reason, _msg(status.get("message"))),)
+        conditions += (
+            Condition("Failed", "True", ray_reason, _msg(status.get("message"), MAX_OBJECT_MESSAGE)),
+        )
     return JobEvidence(
         kind=kind,
         name=_s(metadata.get("name")) or "",
