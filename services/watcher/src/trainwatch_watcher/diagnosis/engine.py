@@ -353,13 +353,12 @@ def pod_finding(pod: PodEvidence, *, include_past: bool) -> Finding | None:
             since=disruption.since,
         )
     if pod.reason == "Evicted":
-        match = _EVICTED_RESOURCE.search(pod.message or "")
         return Finding(
             C.EVICTED,
             pod.reason,
             pod.message,
             pod,
-            resource=match.group(1) if match else None,
+            resource=pod.insufficient[0] if pod.insufficient else None,
             since=_latest_finish(pod),
         )
     if pod.reason in NODE_LOST_REASONS:

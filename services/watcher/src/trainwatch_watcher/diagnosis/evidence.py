@@ -12,6 +12,7 @@ absent, and an object that cannot be read at all returns None (the caller counts
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Mapping, Sequence
@@ -34,21 +35,34 @@ MAX_OBJECT_MESSAGE = 1024
 # A resource name: dot-separated words, never ending in the sentence's full stop.
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 _OUT_OF = re.compile(r"^OutOf([A-Za-z0-9./_-]+)$")
+_LOW_ON = re.compile(r"low on resource: ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 
 
 def _s(value: object, limit: int = MAX_NAME) -> str | None:
+    """A name-like string; None when absent or not a string."""
     if not isinstance(value, str) or not value:
         return None
-    return sys.intern(value[:limit]) if len(value) <= 64 else value[:limit]
+    return value[:limit]
 
 
-def _msg(value: object, limit: int = MAX_EVIDENCE_MESSAGE) -> str | None:
+def _word(value: object, limit: int = 128) -> str | None:
+    """A string from a small vocabulary (reasons, types, statuses, roles, container and node names):
+    interned, so the 100k cached pods of a large fleet share one copy of each."""
+    value = _s(value, limit)
+    return sys.intern(value) if value is not None and len(value) <= 64 else value
+
+
+def _msg(value: object, limit: int = MAX_EVIDENCE_MESSAGE, *, tail: bool = False) -> str | None:
+    """One line of at most ``limit`` ASCII-ellipsised characters; ``tail`` keeps the end (where a
+    termination message puts the exception)."""
     if not isinstance(value, str):
         return None
     value = " ".join(value.split())  # one line
     if not value:
         return None
-    return value if len(value) <= limit else value[: limit - 1] + "…"
+    if len(value) <= limit:
+        return value
+    return "..." + value[-(limit - 3) :] if tail else value[: limit - 3] + "..."
 
 
 def _int(value: object) -> int | None:
@@ -192,15 +206,15 @@ def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE
     for item in _list(items):
         if not isinstance(item, Mapping):
             continue
-        type_ = _s(item.get("type"))
-        status = _s(item.get("status"))
+        type_ = _word(item.get("type"))
+        status = _word(item.get("status"))
         if type_ is None or status is None or (keep is not None and not keep(type_, status)):
             continue
         out.append(
             Condition(
                 type=type_,
                 status=status,
-                reason=_s(item.get("reason"), 256),
+                reason=_word(item.get("reason"), 256),
                 message=_msg(item.get("message"), limit),
                 since=parse_time(item.get("lastTransitionTime")),
             )
@@ -224,8 +238,16 @@ def insufficient_resources(message: str | None) -> tuple[str, ...]:
     return tuple(seen)
 
 
-def _container(status: Mapping[str, Any], init: bool) -> ContainerEvidence | None:
-    name = _s(status.get("name"))
+# Waiting reasons whose message says nothing a reason does not (kept without it).
+_QUIET_WAITING = frozenset({"CrashLoopBackOff", "ContainerCreating", "PodInitializing"})
+MAX_CONTAINERS = 2
+# Characters of messages one pod may keep in all, the most telling first (see trim_pod).
+MESSAGE_BUDGET = 200
+
+
+def _container(status: Mapping[str, Any], init: bool) -> tuple[int, ContainerEvidence] | None:
+    """(how telling, evidence) of one container status; None for a healthy one."""
+    name = _word(status.get("name"))
     if name is None:
         return None
     restarts = max(_int(status.get("restartCount")) or 0, 0)
@@ -237,32 +259,62 @@ def _container(status: Mapping[str, Any], init: bool) -> ContainerEvidence | Non
             kind, current = candidate, state[candidate]
             break
     exit_code = _int(current.get("exitCode")) if kind == "terminated" else None
-    boring = (kind == "running" and restarts == 0 and not last) or (
-        kind == "terminated" and exit_code == 0 and restarts == 0 and not last
-    )
-    if boring:
-        return None
+    reason = _word(current.get("reason"))
     failed_exit = kind == "terminated" and exit_code not in (None, 0)
-    return ContainerEvidence(
+    quiet_wait = kind == "waiting" and reason in _QUIET_WAITING and reason != "CrashLoopBackOff"
+    if (
+        not last
+        and restarts == 0
+        and (kind == "running" or (kind == "terminated" and not failed_exit) or quiet_wait)
+    ):
+        return None
+    telling = 0 if failed_exit or (kind == "waiting" and not quiet_wait) else 1 if last else 2
+    message = None
+    if failed_exit:
+        message = _msg(current.get("message"), tail=True)
+    elif kind == "waiting" and reason not in _QUIET_WAITING:
+        message = _msg(current.get("message"))
+    evidence = ContainerEvidence(
         name=name,
         init=init,
         restarts=restarts,
         state=kind,
-        reason=_s(current.get("reason"), 128),
-        message=_msg(current.get("message")) if kind == "waiting" or failed_exit else None,
+        reason=reason,
+        message=message,
         exit_code=exit_code,
         signal=_int(current.get("signal")) or None,
         started_at=parse_time(current.get("startedAt")),
         finished_at=parse_time(current.get("finishedAt")),
-        last_reason=_s(last.get("reason"), 128),
+        last_reason=_word(last.get("reason")),
         last_exit_code=_int(last.get("exitCode")),
         last_signal=_int(last.get("signal")) or None,
         last_finished_at=parse_time(last.get("finishedAt")),
     )
+    return telling, evidence
+
+
+def _within_budget(messages: list[str | None]) -> list[str | None]:
+    """Keep messages in order while the budget lasts; the rest become None."""
+    left = MESSAGE_BUDGET
+    kept: list[str | None] = []
+    for message in messages:
+        if message is not None and len(message) <= left:
+            kept.append(message)
+            left -= len(message)
+        else:
+            kept.append(None)
+    return kept
 
 
 def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
-    """What diagnosis needs of one pod (≤ 1 KB, see tests), or None if it has no name."""
+    """What diagnosis needs of one pod, or None if it has no name.
+
+    At most :data:`MAX_CONTAINERS` containers (the most telling: failed or waiting, then restarted)
+    and :data:`MESSAGE_BUDGET` characters of messages in all, given in this order: the containers'
+    (termination messages keep their end), the scheduler's, the pod's. The scheduler's message is
+    read for ``Insufficient <resource>`` and an eviction's for its resource before anything is cut;
+    a disruption keeps its reason (its message is fixed per reason). Under 1 KB (tests measure it).
+    """
     if not isinstance(pod, Mapping):
         return None
     metadata = _map(pod.get("metadata"))
@@ -270,35 +322,48 @@ def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
     if name is None:
         return None
     spec, status = _map(pod.get("spec")), _map(pod.get("status"))
-    conditions = _conditions(status.get("conditions"), _explains_pod, MAX_EVIDENCE_MESSAGE)
-    reason = _s(status.get("reason"), 128)
+    raw_conditions = _list(status.get("conditions"))
+    conditions = _conditions(raw_conditions, _explains_pod, MAX_EVIDENCE_MESSAGE)
+    reason = _word(status.get("reason"))
     insufficient: tuple[str, ...] = ()
-    scheduled = next((c for c in conditions if c.type == "PodScheduled"), None)
-    if scheduled is not None:
-        full = next(
-            (
-                c.get("message")
-                for c in _list(status.get("conditions"))
-                if isinstance(c, Mapping) and c.get("type") == "PodScheduled"
-            ),
-            None,
-        )
-        insufficient = insufficient_resources(full if isinstance(full, str) else None)
-    if reason and (match := _OUT_OF.match(reason)):
+    scheduled_message: object = None
+    for item in raw_conditions:
+        if isinstance(item, Mapping) and item.get("type") == "PodScheduled" and item.get("status") != "True":
+            scheduled_message = item.get("message")
+            insufficient = insufficient_resources(
+                scheduled_message if isinstance(scheduled_message, str) else None
+            )
+    pod_message = status.get("message")
+    if (reason and (match := _OUT_OF.match(reason))) or (reason == "Evicted" and isinstance(pod_message, str) and (match := _LOW_ON.search(pod_message))):
         insufficient = (sys.intern(match.group(1)),)
-    containers = []
+    ranked = []
     for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
         for item in _list(status.get(key)):
-            if isinstance(item, Mapping) and (evidence := _container(item, init)) is not None:
-                containers.append(evidence)
+            if isinstance(item, Mapping) and (found := _container(item, init)) is not None:
+                ranked.append(found)
+    ranked.sort(key=lambda pair: pair[0])
+    containers = [evidence for _, evidence in ranked[:MAX_CONTAINERS]]
+    messages = _within_budget(
+        [c.message for c in containers]
+        + [_msg(scheduled_message), _msg(pod_message)],
+    )
+    containers = [
+        c if c.message == kept else dataclasses.replace(c, message=kept)
+        for c, kept in zip(containers, messages, strict=False)
+    ]
+    scheduled_kept, pod_kept = messages[-2], messages[-1]
+    conditions = tuple(
+        dataclasses.replace(c, message=scheduled_kept if c.type == "PodScheduled" else None)
+        for c in conditions
+    )
     return PodEvidence(
         name=name,
-        role=role_of(pod),
+        role=_word(role_of(pod)),
         index=index_of(pod),
-        node=_s(spec.get("nodeName")),
-        phase=_s(status.get("phase")) or "",
+        node=_word(spec.get("nodeName")),
+        phase=_word(status.get("phase")) or "",
         reason=reason,
-        message=_msg(status.get("message")),
+        message=pod_kept,
         created_at=parse_time(metadata.get("creationTimestamp")),
         deleting=metadata.get("deletionTimestamp") is not None,
         conditions=conditions,
@@ -312,7 +377,7 @@ def trim_event(event: Mapping[str, Any]) -> WarningEvent | None:
     or events.k8s.io/v1 ``regarding``/``note``/``series``; None when it has no reason."""
     if not isinstance(event, Mapping):
         return None
-    reason = _s(event.get("reason"), 128)
+    reason = _word(event.get("reason"))
     if reason is None:
         return None
     regarding = _map(event.get("involvedObject")) or _map(event.get("regarding"))
@@ -334,11 +399,11 @@ def trim_event(event: Mapping[str, Any]) -> WarningEvent | None:
     return WarningEvent(
         reason=reason,
         message=_msg(message),
-        type=_s(event.get("type"), 32) or "Normal",
+        type=_word(event.get("type"), 32) or "Normal",
         count=max(count, 1),
         first_seen=first or last,
         last_seen=last,
-        object_kind=_s(regarding.get("kind"), 64),
+        object_kind=_word(regarding.get("kind"), 64),
         object_name=_s(regarding.get("name")),
     )
 
@@ -387,7 +452,7 @@ def trim_podgroup(podgroup: Mapping[str, Any]) -> PodGroupEvidence | None:
     return PodGroupEvidence(
         name=name,
         flavor=flavor,
-        phase=_s(status.get("phase"), 32) or "",
+        phase=_word(status.get("phase"), 32) or "",
         min_member=_int(spec.get("minMember")),
         running=max(_int(status.get("running")) or 0, 0),
         succeeded=max(_int(status.get("succeeded")) or 0, 0),
