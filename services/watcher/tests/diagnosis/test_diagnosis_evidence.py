@@ -87,13 +87,13 @@ def worst_pod(i: int = 0) -> dict[str, Any]:
         init=init,
         phase="Pending",
         node=f"gpu-node-with-a-long-name-{i:04d}.us-east-2.compute.internal",
-        conditions=unschedulable(LONG_FIT, 3 + s)
-        + [
+        conditions=[
+            *unschedulable(LONG_FIT, 3 + s),
             disruption(
                 "PreemptionByScheduler",
                 "default-scheduler: preempting to accommodate a higher priority pod",
                 5 + s,
-            )
+            ),
         ],
         reason="Evicted",
         message="The node was low on resource: memory. " * 20,

@@ -334,8 +334,13 @@ def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
                 scheduled_message if isinstance(scheduled_message, str) else None
             )
     pod_message = status.get("message")
-    if (reason and (match := _OUT_OF.match(reason))) or (reason == "Evicted" and isinstance(pod_message, str) and (match := _LOW_ON.search(pod_message))):
-        insufficient = (sys.intern(match.group(1)),)
+    short = None
+    if reason and reason.startswith("OutOf"):
+        short = _OUT_OF.match(reason)
+    elif reason == "Evicted" and isinstance(pod_message, str):
+        short = _LOW_ON.search(pod_message)
+    if short is not None:
+        insufficient = (sys.intern(short.group(1)),)
     ranked = []
     for key, init in (("initContainerStatuses", True), ("containerStatuses", False)):
         for item in _list(status.get(key)):
@@ -344,8 +349,7 @@ def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
     ranked.sort(key=lambda pair: pair[0])
     containers = [evidence for _, evidence in ranked[:MAX_CONTAINERS]]
     messages = _within_budget(
-        [c.message for c in containers]
-        + [_msg(scheduled_message), _msg(pod_message)],
+        [c.message for c in containers] + [_msg(scheduled_message), _msg(pod_message)],
     )
     containers = [
         c if c.message == kept else dataclasses.replace(c, message=kept)
