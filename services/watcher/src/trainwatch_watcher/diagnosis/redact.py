@@ -51,6 +51,8 @@ _SECRET_KEY = (
 )
 # key=value, key: value, "key": "value", --key value is left alone (too many false positives).
 _KEY_VALUE = re.compile(r"(?i)(\b" + _SECRET_KEY + r"[\"']?\s*[=:]\s*)(\"[^\"]*\"|'[^']*'|[^\s,;&\"'}]+)")
+# Values that are no secret (and auth schemes, whose credential the header rule already masked).
+_NOT_SECRETS = frozenset({"NONE", "NULL", "TRUE", "FALSE", '""', "''", "BEARER", "BASIC", "DIGEST", "TOKEN"})
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
@@ -64,7 +66,7 @@ class Redacted:
 
 def _mask_value(match: re.Match[str]) -> str:
     value = match.group(2)
-    if value.upper() in ("NONE", "NULL", "TRUE", "FALSE", '""', "''") or value == MASK:
+    if value.upper() in _NOT_SECRETS or value == MASK:
         return match.group(0)
     quote = value[0] if value[:1] in "\"'" else ""
     return f"{match.group(1)}{quote}{MASK}{quote}"
@@ -95,7 +97,7 @@ def redact(
     and ``max_bytes`` UTF-8 bytes in all, newest lines kept."""
     text, changed = redact_text(text)
     text = _ANSI.sub("", text)
-    raw_lines = text.splitlines()
+    raw_lines = text.split("\n")  # not splitlines(): a lone \r is a progress-bar rewrite
     while raw_lines and not raw_lines[-1].strip():
         raw_lines.pop()
     truncated = len(raw_lines) > max_lines
