@@ -123,7 +123,7 @@ def test_ties_go_to_the_master_then_the_name() -> None:
     d = run(failed_pt(), pods)
     assert d is not None
     assert (d.role, d.pod, d.pods_affected) == ("master", "bert-master-0", 3)
-    assert "and 2 more pod(s)" in d.summary
+    assert d.summary == "master-0 (pytorch) [+2 more pods] exited with code 3"
 
 
 def test_a_deadline_beats_the_pods_it_killed() -> None:

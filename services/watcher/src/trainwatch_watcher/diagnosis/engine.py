@@ -208,11 +208,11 @@ def _container_finding(pod: PodEvidence, c: ContainerEvidence, include_past: boo
             C.OOM_KILLED,
             "OOMKilled",
             c.message,
-            pod,
-            c,
-            c.exit_code,
-            _signal(c.exit_code, c.signal),
-            c.restarts,
+            pod=pod,
+            container=c,
+            exit_code=c.exit_code,
+            signal=_signal(c.exit_code, c.signal),
+            restarts=c.restarts,
             since=c.finished_at,
         )
     live_failure = c.state == "waiting" and c.reason == "CrashLoopBackOff"
@@ -221,17 +221,25 @@ def _container_finding(pod: PodEvidence, c: ContainerEvidence, include_past: boo
             C.OOM_KILLED,
             "OOMKilled",
             None,
-            pod,
-            c,
-            c.last_exit_code,
-            _signal(c.last_exit_code, c.last_signal),
-            c.restarts,
+            pod=pod,
+            container=c,
+            exit_code=c.last_exit_code,
+            signal=_signal(c.last_exit_code, c.last_signal),
+            restarts=c.restarts,
             since=c.last_finished_at,
             detail="crash-looping" if live_failure else None,
         )
     if c.state == "terminated" and c.reason == "ContainerStatusUnknown":
         return Finding(
-            C.NODE_FAILURE, c.reason, c.message, pod, c, c.exit_code, None, c.restarts, since=c.finished_at
+            C.NODE_FAILURE,
+            c.reason,
+            c.message,
+            pod=pod,
+            container=c,
+            exit_code=c.exit_code,
+            signal=None,
+            restarts=c.restarts,
+            since=c.finished_at,
         )
     if c.state == "waiting" and c.reason:
         if c.reason in IMAGE_PULL_REASONS:
@@ -240,45 +248,59 @@ def _container_finding(pod: PodEvidence, c: ContainerEvidence, include_past: boo
                 C.IMAGE_PULL_FAILED,
                 c.reason,
                 c.message,
-                pod,
-                c,
+                pod=pod,
+                container=c,
                 restarts=c.restarts,
                 since=pod.created_at,
                 blame=blame,
             )
         if c.reason in CONFIG_WAITING_REASONS:
             return Finding(
-                C.CONFIG_ERROR, c.reason, c.message, pod, c, restarts=c.restarts, since=pod.created_at
+                C.CONFIG_ERROR,
+                c.reason,
+                c.message,
+                pod=pod,
+                container=c,
+                restarts=c.restarts,
+                since=pod.created_at,
             )
         if c.reason in SANDBOX_REASONS:
-            return Finding(C.NODE_FAILURE, c.reason, c.message, pod, c, since=pod.created_at)
+            return Finding(C.NODE_FAILURE, c.reason, c.message, pod=pod, container=c, since=pod.created_at)
         if c.reason == "CrashLoopBackOff":
             return Finding(
                 C.CRASH_LOOP,
                 c.reason,
                 c.message,
-                pod,
-                c,
-                c.last_exit_code,
-                _signal(c.last_exit_code, c.last_signal),
-                c.restarts,
+                pod=pod,
+                container=c,
+                exit_code=c.last_exit_code,
+                signal=_signal(c.last_exit_code, c.last_signal),
+                restarts=c.restarts,
                 since=c.last_finished_at or pod.created_at,
                 detail=c.last_reason,
             )
     if c.state == "terminated" and c.reason in START_FAILURE_REASONS:
         return Finding(
-            C.CONFIG_ERROR, c.reason, c.message, pod, c, c.exit_code, None, c.restarts, since=c.finished_at
+            C.CONFIG_ERROR,
+            c.reason,
+            c.message,
+            pod=pod,
+            container=c,
+            exit_code=c.exit_code,
+            signal=None,
+            restarts=c.restarts,
+            since=c.finished_at,
         )
     if c.state == "terminated" and c.exit_code:
         return Finding(
             C.EXIT_CODE,
             c.reason,
             c.message,
-            pod,
-            c,
-            c.exit_code,
-            _signal(c.exit_code, c.signal),
-            c.restarts,
+            pod=pod,
+            container=c,
+            exit_code=c.exit_code,
+            signal=_signal(c.exit_code, c.signal),
+            restarts=c.restarts,
             since=c.finished_at,
         )
     if include_past and c.last_exit_code:
@@ -287,22 +309,22 @@ def _container_finding(pod: PodEvidence, c: ContainerEvidence, include_past: boo
                 C.CONFIG_ERROR,
                 c.last_reason,
                 None,
-                pod,
-                c,
-                c.last_exit_code,
-                None,
-                c.restarts,
+                pod=pod,
+                container=c,
+                exit_code=c.last_exit_code,
+                signal=None,
+                restarts=c.restarts,
                 since=c.last_finished_at,
             )
         return Finding(
             C.EXIT_CODE,
             c.last_reason,
             None,
-            pod,
-            c,
-            c.last_exit_code,
-            _signal(c.last_exit_code, c.last_signal),
-            c.restarts,
+            pod=pod,
+            container=c,
+            exit_code=c.last_exit_code,
+            signal=_signal(c.last_exit_code, c.last_signal),
+            restarts=c.restarts,
             since=c.last_finished_at,
         )
     return None
@@ -347,7 +369,7 @@ def pod_finding(pod: PodEvidence, *, include_past: bool) -> Finding | None:
             category,
             disruption.reason,
             disruption.message,
-            pod,
+            pod=pod,
             exit_code=exit_code,
             signal=_signal(exit_code, None),
             since=disruption.since,
@@ -357,32 +379,39 @@ def pod_finding(pod: PodEvidence, *, include_past: bool) -> Finding | None:
             C.EVICTED,
             pod.reason,
             pod.message,
-            pod,
+            pod=pod,
             resource=pod.insufficient[0] if pod.insufficient else None,
             since=_latest_finish(pod),
         )
     if pod.reason in NODE_LOST_REASONS:
         return Finding(
-            C.NODE_FAILURE, pod.reason, pod.message, pod, since=_latest_finish(pod) or pod.created_at
+            C.NODE_FAILURE, pod.reason, pod.message, pod=pod, since=_latest_finish(pod) or pod.created_at
         )
     if pod.reason == "DeadlineExceeded":
-        return Finding(C.DEADLINE_EXCEEDED, pod.reason, pod.message, pod, since=_latest_finish(pod))
+        return Finding(C.DEADLINE_EXCEEDED, pod.reason, pod.message, pod=pod, since=_latest_finish(pod))
     if pod.reason and pod.reason.startswith("OutOf") and pod.insufficient:
         return Finding(
-            C.UNSCHEDULABLE, pod.reason, pod.message, pod, resource=pod.insufficient[0], since=pod.created_at
+            C.UNSCHEDULABLE,
+            pod.reason,
+            pod.message,
+            pod=pod,
+            resource=pod.insufficient[0],
+            since=pod.created_at,
         )
     if containers:
         return _best(containers)
     scheduled = pod.condition("PodScheduled")
     if scheduled is not None and scheduled.reason == "Unschedulable" and pod.phase in ("Pending", ""):
         if _COSCHEDULING.search(scheduled.message or ""):
-            return Finding(C.GANG_WAITING, scheduled.reason, scheduled.message, pod, since=scheduled.since)
+            return Finding(
+                C.GANG_WAITING, scheduled.reason, scheduled.message, pod=pod, since=scheduled.since
+            )
         resource = _preferred_resource(pod.insufficient)
         return Finding(
             C.UNSCHEDULABLE,
             scheduled.reason,
             scheduled.message,
-            pod,
+            pod=pod,
             resource=resource,
             since=scheduled.since,
             blame=None if resource else Blame.USER_CONFIG,
@@ -718,7 +747,7 @@ def diagnose(
         chosen = _enrich(verdict, findings)
     elif failures := [f for f in findings if f.category in FAILURES]:
         chosen = _best(failures)
-        same = [f for f in failures if chosen and f.category is chosen.category]
+        same = [f for f in failures if chosen and _same(f, chosen)]
         if verdict is not None and verdict.category is C.BACKOFF_LIMIT_EXCEEDED and chosen is not None:
             chosen = replace(chosen, detail=_join(chosen.detail, "the job reached its backoff limit"))
     elif (failing or job.phase is Phase.RUNNING) and event_failures:
@@ -728,7 +757,7 @@ def diagnose(
     else:
         chosen = _waiting(job, findings, workload, podgroup)
         if chosen is not None:
-            same = [f for f in findings if f.category is chosen.category]
+            same = [f for f in findings if _same(f, chosen)]
         elif job.phase is not Phase.RUNNING:
             # No pod, queue or gang to read: what the events say, failures first.
             chosen = _best(event_failures) or _best(f for f in event_findings if f.category not in FAILURES)
@@ -737,6 +766,11 @@ def diagnose(
     if chosen.pod is not None and not same:
         same = [chosen]
     return _diagnosis(chosen, same, events, now)
+
+
+def _same(finding: Finding, chosen: Finding) -> bool:
+    """Whether a pod's finding is the chosen one again (counted in ``pods_affected``)."""
+    return finding.category is chosen.category and finding.resource == chosen.resource
 
 
 def _focus(job: JobEvidence, pods: Sequence[PodEvidence]) -> Sequence[PodEvidence]:
@@ -820,44 +854,49 @@ def _who(f: Finding) -> str:
     return f"{who} ({container})" if container and role else who
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def _summary(f: Finding, count: int) -> str:
     who = _who(f)
-    more = f" and {count - 1} more pod(s)" if count > 1 else ""
+    if count > 1:  # "worker-3 (pytorch) [+2 more pods] keeps crashing"
+        who += f" [+{_plural(count - 1, 'more pod')}]"
     code = f.exit_code
     sig = f" (signal {f.signal} {SIGNAL_NAMES.get(f.signal or 0, '')})".replace(" )", ")") if f.signal else ""
-    restarts = f", restarted {f.restarts} times" if f.restarts else ""
+    restarts = f", restarted {_plural(f.restarts, 'time')}" if f.restarts else ""
     message = f": {f.message}" if f.message else ""
     c = f.category
     if c is C.OOM_KILLED:
-        text = (
-            f"{who}{more} was killed for running out of memory (OOMKilled{f', exit {code}' if code else ''})"
-        )
+        text = f"{who} was killed for running out of memory (OOMKilled{f', exit {code}' if code else ''})"
         text += restarts
     elif c is C.IMAGE_PULL_FAILED:
-        text = f"{who}{more} cannot pull its image ({f.reason}){message}"
+        text = f"{who} cannot pull its image ({f.reason}){message}"
     elif c is C.CONFIG_ERROR:
-        text = f"{who}{more} cannot start: {f.reason or 'invalid spec'}{message}"
+        text = f"{who} cannot start: {f.reason or 'invalid spec'}{message}"
         if f.pod is None and f.pod_name is None:
             text = f"the job's spec was refused: {f.reason or 'invalid'}{message}"
+            if f.queue:
+                text = f"its queue {f.queue} is misconfigured{message}"
     elif c is C.CRASH_LOOP:
         last = f" (last exit {code}{sig})" if code is not None else ""
-        text = f"{who}{more} keeps crashing{last}{restarts}"
+        text = f"{who} keeps crashing{last}{restarts}"
     elif c is C.EXIT_CODE:
-        text = f"{who}{more} exited with code {code}{sig}{restarts}"
+        text = f"{who} exited with code {code}{sig}{restarts}"
     elif c is C.PREEMPTED:
-        text = f"{who}{more} was preempted for a higher-priority workload"
+        text = f"{who} was preempted for a higher-priority workload"
         if f.pod is None and f.queue:
             text = f"preempted by Kueue in queue {f.queue}{message}"
     elif c is C.EVICTED:
-        text = f"{who}{more} was evicted{message}"
+        text = f"{who} was evicted{message}"
     elif c is C.NODE_FAILURE:
         node = f" {f.pod.node}" if f.pod and f.pod.node else ""
-        text = f"{who}{more} was lost with its node{node} ({f.reason}){message}"
+        text = f"{who} was lost with its node{node} ({f.reason}){message}"
     elif c is C.UNSCHEDULABLE:
         if f.resource:
-            text = f"{who}{more} cannot be scheduled: no node has enough free {f.resource}"
+            text = f"{who} cannot be scheduled: no node has enough free {f.resource}"
         else:
-            text = f"{who}{more} cannot be scheduled: no node matches its constraints{message}"
+            text = f"{who} cannot be scheduled: no node matches its constraints{message}"
     elif c is C.GANG_WAITING:
         gang = f" ({f.detail} running)" if f.detail and "/" in f.detail else ""
         text = f"waiting for the whole gang to be scheduled together{gang}{message}"
@@ -871,7 +910,7 @@ def _summary(f: Finding, count: int) -> str:
     elif c is C.QUOTA_EXCEEDED:
         what = f.resource or "resources"
         where = f" of queue {f.queue}" if f.queue else ""
-        text = f"asks for more {what} than the quota{where} allows{message}"
+        text = f"asks for more {what} than the quota{where} allows"
     elif c is C.DEADLINE_EXCEEDED:
         text = f"ran longer than its deadline ({f.reason or 'activeDeadlineSeconds'})"
     elif c is C.BACKOFF_LIMIT_EXCEEDED:
