@@ -344,10 +344,11 @@ def _best(findings: Iterable[Finding]) -> Finding | None:
     return min(pool, key=_priority)
 
 
-def _priority(f: Finding) -> tuple[int, float, int, str]:
+def _priority(f: Finding) -> tuple[int, float, int, str, str]:
     role = f.pod.role if f.pod else None
     order = ROLE_ORDER.index(role) if role in ROLE_ORDER else len(ROLE_ORDER)
-    return (RANK[f.category], _ts(f.since), order, f.pod.name if f.pod else (f.pod_name or ""))
+    name = f.pod.name if f.pod else (f.pod_name or "")
+    return (RANK[f.category], _ts(f.since), order, name, f.reason or "")
 
 
 def _ts(value: datetime | None) -> float:
