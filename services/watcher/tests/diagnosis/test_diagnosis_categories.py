@@ -886,6 +886,29 @@ def test_jobset_failure_policy_action() -> None:
     assert d.category is C.POD_FAILURE_POLICY
 
 
+@pytest.mark.parametrize(
+    ("reason", "message", "category", "code"),
+    [
+        ("AppFailed", "Job entrypoint command failed with exit code 3", C.EXIT_CODE, 3),
+        (
+            "SubmissionFailed",
+            "Ray head pod container ray-head terminated with exit code 139: Segfault",
+            C.EXIT_CODE,
+            139,
+        ),
+        ("AppFailed", "Ray head pod not found.", C.UNKNOWN, None),
+    ],
+)
+def test_rayjob_application_failures(
+    reason: str, message: str, category: DiagnosisCategory, code: int | None
+) -> None:
+    d = run(
+        job("rayjob", Phase.FAILED, status={"reason": reason, "message": message}, api_version="ray.io/v1")
+    )
+    assert d is not None
+    assert (d.category, d.blame, d.exit_code) == (category, Blame.USER_CODE, code)
+
+
 def test_failed_without_any_known_reason_is_unknown() -> None:
     d = run(
         job("rayjob", Phase.FAILED, status={"reason": "JobStatusCheckTimeoutExceeded", "message": "timeout"})

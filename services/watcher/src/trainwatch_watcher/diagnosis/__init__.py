@@ -40,7 +40,8 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
 5. A **Failed** job with none of the above: its counting verdict (``BackoffLimitExceeded``,
    Kubeflow "reached the specified backoff limit", MPI v2beta1 ``BackoffLimitExceeded/<podReason>``
    — ``/Evicted`` is Evicted —, ``MPIJobEvicted`` -> Evicted, JobSet ``ReachedMaxRestarts``,
-   RayJob ``SubmissionFailed`` with a backoff, Volcano ``Failed``), else Unknown with its reason.
+   RayJob ``SubmissionFailed`` with a backoff, Volcano ``Failed``); RayJob ``AppFailed`` (or a
+   SidecarMode head container) naming an exit code -> ExitCode; else Unknown with its reason.
 6. **Waiting** (Pending, Suspended, Restarting without pod failure): the Kueue Workload first (no
    pods exist before admission): evicted ``Preempted`` -> Preempted, ``NodeFailures`` ->
    NodeFailure, ``PodsReadyTimeout`` or admitted with ``PodsReady=False WaitForStart`` ->

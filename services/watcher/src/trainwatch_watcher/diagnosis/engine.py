@@ -474,6 +474,16 @@ def job_verdict(job: JobEvidence) -> tuple[Finding | None, bool]:
         or (job.kind == "volcanojob" and base in ("", "Failed", "MaxRetryExceeded"))
     ):
         return Finding(C.BACKOFF_LIMIT_EXCEEDED, reason, message, since=since), False
+    if base == "AppFailed" or (base == "SubmissionFailed" and "terminated with exit code" in message_text):
+        # RayJob: the Ray application (or, in SidecarMode, the head's container) failed: user code.
+        exit_match = _EXIT_IN_MESSAGE.search(message_text)
+        if exit_match:
+            code = int(exit_match.group(1))
+            finding = Finding(
+                C.EXIT_CODE, reason, message, exit_code=code, signal=_signal(code, None), since=since
+            )
+            return finding, False
+        return Finding(C.UNKNOWN, reason, message, since=since, blame=Blame.USER_CODE), False
     return Finding(C.UNKNOWN, reason, message, since=since), False
 
 
