@@ -77,7 +77,7 @@ def asyncapi_document() -> dict[str, Any]:
         "channels": {
             "jobStatus": _channel(
                 "jobs.v1.{cluster_id}.{namespace}.{kind}.{name}",
-                f"One message per real job transition (stream {JOBS_STREAM.name}); "
+                f"One message per real job transition or diagnosis update (stream {JOBS_STREAM.name}); "
                 "Nats-Msg-Id = the event id; de-duplicate on it.",
                 "JobStatusEvent",
                 job_params,

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from trainwatch_common.events.diagnosis import Diagnosis, JobResources
 from trainwatch_common.events.ids import job_event_id
 
 
@@ -31,14 +32,20 @@ class SubPhase(StrEnum):
     ABORTING = "Aborting"
 
 
-JobChange = Literal["created", "transition", "deleted"]
-"""created: first seen; transition: (phase, sub_phase, terminal) changed; deleted: gone from the cluster."""
+JobChange = Literal["created", "transition", "diagnosis", "deleted"]
+"""created: first seen; transition: (phase, sub_phase, terminal) changed; diagnosis: the phase did
+not change but the diagnosis did (docs/contracts.md "Diagnosis updates"); deleted: gone from the
+cluster. Readers skip a change value they do not handle."""
+
+# Readers ignore fields they do not know (docs/contracts.md "Evolution within v1"): a field added
+# within v1 never breaks a consumer built on an older copy of these models.
+_TOLERANT = ConfigDict(frozen=True, extra="ignore")
 
 
 class ReplicaCounts(BaseModel):
     """One role's replicas (a Kubeflow replica type, a Volcano task, a JobSet replicatedJob...)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _TOLERANT
 
     desired: int | None = None
     active: int = 0
@@ -50,7 +57,7 @@ class ReplicaCounts(BaseModel):
 class JobRef(BaseModel):
     """Which job this is: stable across its life (uid) and ordered by resourceVersion."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _TOLERANT
 
     cluster_id: str
     api_version: str
@@ -65,15 +72,15 @@ class JobRef(BaseModel):
 class JobStatusEvent(BaseModel):
     """One change of one job, as published on jobs.v1.<cluster>.<namespace>.<kind>.<name>."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _TOLERANT
 
     event_id: str = Field(description="Deterministic: job_event_id(cluster_id, uid, sequence)")
     change: JobChange
     sequence: int = Field(
         ge=0,
         description=(
-            "Per-uid event counter: 0 for created, +1 per event (a job that an etcd restore "
-            "brought back after its deletion is created again at the next one)"
+            "Per-uid event counter: 0 for created, +1 per event, transition or diagnosis update "
+            "(a job that an etcd restore brought back after its deletion is created again at the next one)"
         ),
     )
     epoch: int = Field(ge=0, description="Fencing token of the emitting watcher's lease on the cluster")
@@ -100,6 +107,23 @@ class JobStatusEvent(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="The job labels selected for events")
     owner: str | None = None
     queue: str | None = None
+
+    # Added within v1 (issue 16); optional, absent on older events.
+    diagnosis: Diagnosis | None = Field(
+        None, description="Why the job failed, restarts or waits; null when there is nothing to explain"
+    )
+    resources: JobResources | None = Field(None, description="Requested resources, summed over replicas")
+    queue_wait_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="created_at -> first Running; while it never ran, created_at -> finished_at "
+        "(terminal) or -> observed_at",
+    )
+    run_seconds: float | None = Field(
+        None,
+        ge=0,
+        description="First Running -> finished_at (terminal) or -> observed_at; null if it never ran",
+    )
 
     @classmethod
     def expected_event_id(cls, cluster_id: str, uid: str, sequence: int) -> str:
