@@ -43,7 +43,7 @@ class _StrictSafeLoader(_BaseLoader):  # type: ignore[valid-type, misc]
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
+            key = self.construct_object(key_node, deep=True)
             try:
                 duplicate = key in seen
             except TypeError as exc:  # an unhashable key, e.g. a mapping used as a key

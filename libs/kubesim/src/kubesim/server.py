@@ -297,7 +297,7 @@ async def _list_or_watch(
         status=200, headers={"Content-Type": "application/json", "Cache-Control": "no-cache, private"}
     )
     resp.enable_chunked_encoding()
-    await resp.prepare(request)  # type: ignore[arg-type]
+    await resp.prepare(request)
     protocol = request.protocol
     handle = WatchHandle(wreq, protocol.force_close)
     cluster.hub.active.add(handle)

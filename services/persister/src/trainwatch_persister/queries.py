@@ -156,7 +156,7 @@ def _ranges_another_time_column(filters: JobFilters, sort: SortField) -> bool:
 
 def _without_index_order(column: sa.ColumnElement[Any], dialect: str) -> sa.ColumnElement[Any]:
     """The same order, written so that no index provides it (the planner must filter, then sort)."""
-    if dialect == "postgresql" and column.name != "name":  # type: ignore[attr-defined]
+    if dialect == "postgresql" and column.name != "name":
         return column + sa.literal_column("INTERVAL '0 seconds'", type_=sa.Interval)
     return column.op("||")(sa.literal(""))  # text (and SQLite's text timestamps) order the same
 

@@ -87,7 +87,7 @@ async def import_file(registry: Registry, path: Path) -> ImportedFile:
     def outcome(kind: str, *reasons: str) -> ImportedFile:
         return ImportedFile(
             file=path.name, cluster_id=cluster_id or None, outcome=kind, reasons=list(reasons)
-        )  # type: ignore[arg-type]
+        )
 
     if not cluster_id:
         return outcome("refused", "the file name gives no usable cluster id")

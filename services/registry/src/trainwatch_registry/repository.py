@@ -86,7 +86,7 @@ async def replace_cluster(conn: AsyncConnection, row: ClusterRow, *, previous_re
         .where(clusters.c.id == row.id, clusters.c.revision == previous_revision)
         .values(**row.values())
     )
-    return bool(result.rowcount)  # type: ignore[attr-defined]
+    return bool(result.rowcount)
 
 
 async def list_clusters(

@@ -79,7 +79,7 @@ class StateStore:
         return self._fenced_apply
 
     async def load(self, cluster_id: str, kind_key: str) -> Checkpoint:
-        raw = cast(dict[bytes, bytes], await self._redis.hgetall(state_key(cluster_id, kind_key)))  # type: ignore[misc]
+        raw = cast(dict[bytes, bytes], await self._redis.hgetall(state_key(cluster_id, kind_key)))
         checkpoint = Checkpoint()
         for name, value in raw.items():
             field_name = name.decode()

@@ -30,7 +30,7 @@ async def eventually(
             if inspect.isawaitable(value):
                 value = await value
             if value:
-                return value  # type: ignore[return-value]
+                return value
         except Exception as exc:  # AssertionError included: a failing check means "not yet"
             last_error = exc
         if time.monotonic() >= deadline:
