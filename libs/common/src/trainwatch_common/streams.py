@@ -134,20 +134,37 @@ class StreamSettings(ServiceSettings):
         description="JOBS' Nats-Msg-Id de-duplication window; the chaos suite shortens it to "
         "reach the 'after the window' cases in minutes",
     )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Copies JetStream keeps of every stream and of the clusters KV bucket: 1 for "
+        "one nats-server (local runs), 3 on a three-node cluster (the shipped deploy), so one "
+        "node lost loses nothing and stops nothing",
+    )
 
 
 def stream_configs(settings: StreamSettings | None = None) -> tuple[StreamConfig, ...]:
     """``ALL_STREAMS`` with the tunable values of ``settings`` (default: from the environment)."""
     settings = settings or StreamSettings()
     jobs = dataclasses.replace(JOBS_STREAM, duplicate_window=settings.jobs_duplicate_window_seconds)
-    return tuple(jobs if config is JOBS_STREAM else config for config in ALL_STREAMS)
+    return tuple(
+        dataclasses.replace(jobs if config is JOBS_STREAM else config, num_replicas=settings.stream_replicas)
+        for config in ALL_STREAMS
+    )
+
+
+def clusters_bucket_config(settings: StreamSettings | None = None) -> KeyValueConfig:
+    """``CLUSTERS_BUCKET`` with the replicas of ``settings`` (default: from the environment)."""
+    settings = settings or StreamSettings()
+    return dataclasses.replace(CLUSTERS_BUCKET, replicas=settings.stream_replicas)
 
 
 async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
     """Create or update every stream and the clusters KV bucket. Safe to call concurrently."""
     for config in stream_configs(settings):
         await _ensure_stream(js, config)
-    await ensure_clusters_bucket(js)
+    await ensure_clusters_bucket(js, settings)
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
@@ -164,11 +181,11 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     await js.update_stream(config=config)
 
 
-async def ensure_clusters_bucket(js: JetStreamContext) -> KeyValue:
+async def ensure_clusters_bucket(js: JetStreamContext, settings: StreamSettings | None = None) -> KeyValue:
     try:
         return await js.key_value(CLUSTERS_BUCKET.bucket)
     except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
-        return await js.create_key_value(config=CLUSTERS_BUCKET)
+        return await js.create_key_value(config=clusters_bucket_config(settings))
 
 
 async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:
