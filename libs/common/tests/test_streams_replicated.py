@@ -54,7 +54,8 @@ async def test_streams_are_replicated_and_survive_the_leader_killed(nats_cluster
         for config in stream_configs(settings):
             info = await js.stream_info(config.name or "")
             assert info.config.num_replicas == 3, config.name
-            assert info.cluster is not None and len(info.cluster.replicas or []) == 2, config.name
+            assert info.cluster is not None
+            assert len(info.cluster.replicas or []) == 2, config.name
         bucket = await js.stream_info(f"KV_{CLUSTERS_BUCKET.bucket}")
         assert bucket.config.num_replicas == 3
 
@@ -68,10 +69,12 @@ async def test_streams_are_replicated_and_survive_the_leader_killed(nats_cluster
         waits = [await _publish_acked(js, index) for index in range(total // 2, total)]
         print(
             f"JOBS leader {leader} killed: publishing resumed after {max(waits):.2f}s, "
-            f"all {total - total // 2} later messages acked {time.monotonic() - killed_at:.2f}s after the kill"
+            f"all {total - total // 2} later messages acked "
+            f"{time.monotonic() - killed_at:.2f}s after the kill"
         )
         info = await js.stream_info(JOBS_STREAM.name or "")
-        assert info.cluster is not None and info.cluster.leader != leader
+        assert info.cluster is not None
+        assert info.cluster.leader != leader
         assert info.state.messages == total, "every acked message kept once (no loss, no duplicate)"
 
         await asyncio.get_running_loop().run_in_executor(None, nats_cluster.node(leader).start)
