@@ -185,12 +185,24 @@ def nats_server_binary() -> str:
 
 
 class NatsServer(ServerProcess):
+    """``config`` (nats-server configuration text: TLS, users, accounts) is written to the
+    server's own ``nats.conf``; the listen address, port and JetStream store stay the harness's."""
+
     name = "nats"
     ready_text = "Server is ready"
 
+    def __init__(self, *, workdir: Path | None = None, port: int | None = None, config: str = "") -> None:
+        super().__init__(workdir=workdir, port=port)
+        self.config = config
+
     def command(self) -> list[str]:
         store = self.workdir / "jetstream"
-        return [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        command = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        if self.config:
+            config_file = self.workdir / "nats.conf"
+            config_file.write_text(self.config)
+            command += ["-c", str(config_file)]
+        return command
 
     @property
     def url(self) -> str:
@@ -207,7 +219,7 @@ class NatsClusterNode(NatsServer):
     def __init__(
         self, *, workdir: Path, server_name: str, cluster_port: int, routes: list[int], extra_config: str = ""
     ) -> None:
-        super().__init__(workdir=workdir)
+        super().__init__(workdir=workdir, config=extra_config)
         self.server_name = server_name
         self.cluster_port = cluster_port
         self.routes = routes
