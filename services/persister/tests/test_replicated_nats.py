@@ -70,7 +70,8 @@ async def test_persister_survives_the_jobs_leader_killed(
 
             await eventually(written, timeout=60, message="every event written after the leader was killed")
             print(
-                f"persister: all {len(events)} events written {time.monotonic() - killed:.2f}s after {leader} was killed"
+                f"persister: all {len(events)} events written "
+                f"{time.monotonic() - killed:.2f}s after {leader} was killed"
             )
 
             async def acked() -> bool:
