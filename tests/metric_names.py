@@ -8,8 +8,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("registry", "watcher", "notifier", "persister", "dashboard")
-_TYPES = {"Counter": ("_total", "_created"), "Gauge": (), "Histogram": ("_bucket", "_count", "_sum", "_created")}
-_TYPES["Summary"] = ("_count", "_sum", "_created")
+_TYPES: dict[str, tuple[str, ...]] = {
+    "Counter": ("_total", "_created"),
+    "Gauge": (),
+    "Histogram": ("_bucket", "_count", "_sum", "_created"),
+    "Summary": ("_count", "_sum", "_created"),
+}
 
 
 def defined_metrics() -> dict[str, tuple[str, str]]:
