@@ -163,7 +163,9 @@ async def test_malformed_objects_are_counted_and_skipped(
         "PyTorchJob",
         obj("wrong-types", status={"replicaStatuses": {"Worker": {"active": "3"}}, "startTime": 12}),
     )
-    await eventually(lambda: _counter(watcher, "trainwatch_watcher_malformed_objects_total", kind="pytorchjob") >= 3)
+    await eventually(
+        lambda: _counter(watcher, "trainwatch_watcher_malformed_objects_total", kind="pytorchjob") >= 3
+    )
     # The readable ones were published, the huge message trimmed.
     await eventually(
         lambda: (

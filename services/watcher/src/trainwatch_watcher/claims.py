@@ -92,8 +92,12 @@ class ClaimMetrics:
         self.owned_clusters = Gauge(
             "trainwatch_watcher_owned_clusters", "Clusters whose lease this replica holds", registry=r
         )
-        self.quota = Gauge("trainwatch_watcher_cluster_quota", "Clusters this replica should hold", registry=r)
-        self.live_replicas = Gauge("trainwatch_watcher_live_replicas", "Watcher replicas heartbeating", registry=r)
+        self.quota = Gauge(
+            "trainwatch_watcher_cluster_quota", "Clusters this replica should hold", registry=r
+        )
+        self.live_replicas = Gauge(
+            "trainwatch_watcher_live_replicas", "Watcher replicas heartbeating", registry=r
+        )
         self.lease_renew_failures = Counter(
             "trainwatch_watcher_lease_renew_failures",
             "Lease renewals that failed: error (Redis unreachable or slow), lost (someone else holds it)",

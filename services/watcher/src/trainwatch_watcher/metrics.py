@@ -39,7 +39,10 @@ class WatcherMetrics:
         )
         self.expired = Counter("trainwatch_watcher_watch_expired", "410 Gone answers", ["kind"], registry=r)
         self.reconnects = Counter(
-            "trainwatch_watcher_watch_reconnects", "Watch reconnects after an error", ["kind", "error"], registry=r
+            "trainwatch_watcher_watch_reconnects",
+            "Watch reconnects after an error",
+            ["kind", "error"],
+            registry=r,
         )
         self.publish_latency = Histogram(
             "trainwatch_watcher_publish_latency_seconds",
@@ -49,15 +52,25 @@ class WatcherMetrics:
             registry=r,
         )
         self.publish_retries = Counter(
-            "trainwatch_watcher_publish_retries", "Publishes sent again for want of an acknowledgement", registry=r
+            "trainwatch_watcher_publish_retries",
+            "Publishes sent again for want of an acknowledgement",
+            registry=r,
         )
-        self.informers_running = Gauge("trainwatch_watcher_informers_running", "Informer tasks running", registry=r)
+        self.informers_running = Gauge(
+            "trainwatch_watcher_informers_running", "Informer tasks running", registry=r
+        )
         self.clusters_watched = Gauge(
             "trainwatch_watcher_clusters_watched", "Clusters this replica watches", registry=r
         )
         self.watch_lag = Gauge(
             "trainwatch_watcher_watch_lag_seconds",
             "Per cluster: seconds since the least recently heard-from informer heard from its API server",
+            ["cluster"],
+            registry=r,
+        )
+        self.cluster_reachable = Gauge(
+            "trainwatch_watcher_cluster_reachable",
+            "Per cluster this replica owns: 1 when its API server answers, 0 when it does not",
             ["cluster"],
             registry=r,
         )
