@@ -56,5 +56,13 @@ async def test_jobs_by_phase_gauge(sqlite_url: str, nats_url: str) -> None:
                 )
 
             await eventually(moved, timeout=20, message="the gauge follows the transitions")
+            await eventually(
+                lambda: _pending_zero(client), timeout=20, message="trainwatch_persister_consumer_pending 0"
+            )
         finally:
             await client.aclose()
+
+
+async def _pending_zero(client: httpx.AsyncClient) -> bool:
+    text = (await client.get("/metrics")).text
+    return "trainwatch_persister_consumer_pending 0.0" in text.splitlines()

@@ -30,7 +30,7 @@ from trainwatch_persister import __version__, retention
 from trainwatch_persister.api.routes import jobs, stats
 from trainwatch_persister.consumer import Backoff, JobEventConsumer
 from trainwatch_persister.database import make_engine, safe_url
-from trainwatch_persister.job_gauge import JobGauge
+from trainwatch_persister.job_gauge import JobGauge, report_consumer_pending
 from trainwatch_persister.migrate import migrate
 from trainwatch_persister.settings import PersisterSettings
 
@@ -109,6 +109,8 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
             consumer = JobEventConsumer(js=js, engine=engine, settings=settings)
             app.state.consumer = consumer
             tasks.start("persister-consumer", consumer.run)
+            interval = settings.jobs_gauge_interval_seconds
+            tasks.start("persister-consumer-pending", lambda: report_consumer_pending(js, interval))
         job_gauge = JobGauge(engine)
         tasks.start("persister-jobs-gauge", lambda: job_gauge.run(settings.jobs_gauge_interval_seconds))
         if settings.retention_days > 0:

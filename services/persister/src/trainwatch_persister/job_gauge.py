@@ -11,8 +11,10 @@ import asyncio
 import logging
 
 import sqlalchemy as sa
+from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from trainwatch_common.streams import PERSISTER_CONSUMER
 from trainwatch_persister import metrics
 from trainwatch_persister.tables import jobs
 
@@ -52,3 +54,15 @@ class JobGauge:
             except Exception as exc:  # task boundary: the database may be away; the next run catches up
                 log.warning("jobs gauge not refreshed", extra={"error": repr(exc)[:300]})
             await asyncio.sleep(interval)
+
+
+async def report_consumer_pending(js: JetStreamContext, interval: float) -> None:
+    """``trainwatch_persister_consumer_pending`` from the durable consumer's info, every ``interval``."""
+    durable = PERSISTER_CONSUMER.config.durable_name or "persister"
+    while True:
+        try:
+            info = await js.consumer_info(PERSISTER_CONSUMER.stream, durable)
+            metrics.CONSUMER_PENDING.set(info.num_pending + info.num_ack_pending)
+        except Exception as exc:  # task boundary: NATS may be away; the next run catches up
+            log.debug("consumer pending not read", extra={"error": repr(exc)[:300]})
+        await asyncio.sleep(interval)

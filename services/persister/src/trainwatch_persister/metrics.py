@@ -41,3 +41,8 @@ JOBS_BY_PHASE = Gauge(
     "TRAINWATCH_JOBS_GAUGE_INTERVAL_SECONDS; every replica reports the same: aggregate with max)",
     ["cluster", "kind", "phase"],
 )
+CONSUMER_PENDING = Gauge(
+    "trainwatch_persister_consumer_pending",
+    "Job events in JOBS not yet written and acked by the persisters (the durable consumer's pending "
+    "plus ack-pending; every replica reports the same: aggregate with max)",
+)
