@@ -184,8 +184,9 @@ async def _ready(client: Any) -> bool:
 
 def test_v5_compose_and_kubernetes_ship_that_config_with_a_user_per_service() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    assert "./deploy/k8s/nats.conf:/etc/nats/nats.conf:ro" in compose["nats"]["volumes"]
-    assert compose["nats"]["command"][:2] == ["-c", "/etc/nats/nats.conf"]
+    for node in ("nats-1", "nats-2", "nats-3"):  # a three-node cluster, each node on the shipped config
+        assert "./deploy/k8s/nats.conf:/etc/nats/nats.conf:ro" in compose[node]["volumes"]
+        assert compose[node]["command"][:2] == ["-c", "/etc/nats/nats.conf"]
     kustomization = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
     assert {"name": "trainwatch-nats-config", "files": ["nats.conf"]} in kustomization["configMapGenerator"]
     assert "nats.yaml" in kustomization["resources"]
