@@ -83,7 +83,7 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
 @pytest.fixture
 async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
     """A three-node JetStream cluster of real nats-server processes on loopback, its meta leader
-    elected (a replicated stream can be created). The test may kill and start any node."""
+    elected and every peer known (an R3 stream can be placed). The test may kill and start any node."""
     cluster = NatsCluster(tmp_path / "nats-cluster")
     try:
         await asyncio.get_running_loop().run_in_executor(None, cluster.start)
@@ -103,10 +103,13 @@ async def _wait_for_meta_leader(url: str, timeout: float = 30.0) -> None:
         js = client.jetstream(timeout=2)
         deadline = asyncio.get_running_loop().time() + timeout
         while True:
-            try:
-                await js.account_info()
+            try:  # a probe stream on every node: the meta leader is elected and knows all peers
+                await js.add_stream(
+                    name="TRAINWATCH_CLUSTER_PROBE", subjects=["trainwatch.probe"], num_replicas=3
+                )
+                await js.delete_stream("TRAINWATCH_CLUSTER_PROBE")
                 return
-            except (APIError, TimeoutError, nats.errors.Error):  # no meta leader yet
+            except (APIError, TimeoutError, nats.errors.Error):  # no meta leader or not all peers yet
                 if asyncio.get_running_loop().time() > deadline:
                     raise
                 await asyncio.sleep(0.2)
