@@ -83,3 +83,19 @@ async def test_streams_are_replicated_and_survive_the_leader_killed(nats_cluster
         assert (await js.stream_info(JOBS_STREAM.name or "")).state.messages == total
     finally:
         await client.close()
+
+
+async def test_the_owner_moves_existing_streams_to_the_configured_replicas(nats_cluster: NatsCluster) -> None:
+    """A deploy that started with one replica and is moved to three: the owner's next start
+    brings every stream there (what docs/deploy.md tells an operator to do)."""
+    client = await nats.connect(nats_cluster.url.split(","))
+    try:
+        js = client.jetstream(timeout=10)
+        await ensure_streams(js, StreamSettings(stream_replicas=1))
+        assert (await js.stream_info(JOBS_STREAM.name or "")).config.num_replicas == 1
+        await ensure_streams(js, StreamSettings(stream_replicas=3))
+        for config in stream_configs(StreamSettings(stream_replicas=3)):
+            assert (await js.stream_info(config.name or "")).config.num_replicas == 3, config.name
+        assert (await js.stream_info(f"KV_{CLUSTERS_BUCKET.bucket}")).config.num_replicas == 3
+    finally:
+        await client.close()

@@ -255,9 +255,16 @@ async def ensure_clusters_bucket(js: JetStreamContext, settings: StreamSettings 
     if not settings.manage_streams:
         return await js.key_value(CLUSTERS_BUCKET.bucket)
     try:
-        return await js.key_value(CLUSTERS_BUCKET.bucket)
+        kv = await js.key_value(CLUSTERS_BUCKET.bucket)
     except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
         return await js.create_key_value(config=clusters_bucket_config(settings))
+    # An existing bucket keeps its values; only its replica count follows the settings.
+    stream = f"KV_{CLUSTERS_BUCKET.bucket}"
+    current = (await js.stream_info(stream)).config
+    if current.num_replicas != settings.stream_replicas:
+        await js.update_stream(config=dataclasses.replace(current, num_replicas=settings.stream_replicas))
+        log.info("clusters bucket replicas changed", extra={"replicas": settings.stream_replicas})
+    return kv
 
 
 async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:
