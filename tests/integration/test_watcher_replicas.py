@@ -149,7 +149,7 @@ async def test_a_redis_restart_and_a_nats_restart_lose_and_repeat_nothing(
             at_stop = scenarios.changes(everything)
 
             async def all_given_up() -> bool:
-                owned = [await r.metric("trainwatch_owned_clusters") for r in fleet.live]
+                owned = [await r.metric("trainwatch_watcher_owned_clusters") for r in fleet.live]
                 return owned == [0.0] * len(fleet.live)
 
             await eventually(all_given_up, timeout=10, message="every cluster stopped while Redis is down")
@@ -178,7 +178,8 @@ async def test_a_redis_restart_and_a_nats_restart_lose_and_repeat_nothing(
             await eventually(none_ready, timeout=10, message="the replicas see NATS gone")
 
             async def publishes_retried() -> bool:
-                return sum([await r.metric("trainwatch_publish_retries_total") for r in fleet.live]) > 0
+                retries = [await r.metric("trainwatch_watcher_publish_retries_total") for r in fleet.live]
+                return sum(retries) > 0
 
             await eventually(publishes_retried, timeout=10, message="publishes waiting for NATS")
             await eventually(
@@ -298,7 +299,9 @@ async def test_a_replica_paused_past_its_ttl_publishes_nothing_stale_once_resume
             paused.signal(signal.SIGCONT)
 
             async def noticed() -> bool:
-                given_up = await paused.metric("trainwatch_clusters_given_up_total", reason="deadline")
+                given_up = await paused.metric(
+                    "trainwatch_watcher_clusters_given_up_total", reason="deadline"
+                )
                 return given_up >= len(orphans)
 
             try:
