@@ -73,7 +73,8 @@ class JobHistory:
     transitions: list[RowMapping] = field(default_factory=list)
 
 
-def _conditions(filters: JobFilters, dialect: str) -> list[sa.ColumnElement[bool]]:
+def conditions(filters: JobFilters, dialect: str) -> list[sa.ColumnElement[bool]]:
+    """The WHERE clauses of ``filters`` (the list's, the overview's aggregates and the export's)."""
     where: list[sa.ColumnElement[bool]] = []
     for column, values in (
         (jobs.c.cluster_id, filters.clusters),
@@ -137,10 +138,13 @@ async def list_jobs(
     order: SortOrder = SortOrder.DESC,
     after: tuple[Any, str, str] | None = None,
     limit: int = 50,
+    total: int | None = None,
 ) -> Page:
+    """One page; ``total`` (the count of an earlier page of the same list) saves counting again."""
     dialect = conn.dialect.name
-    where = _conditions(filters, dialect)
-    total = await _count(conn, filters, where)
+    where = conditions(filters, dialect)
+    if total is None:
+        total = await _count(conn, filters, where)
 
     columns = _sort_columns(sort, filters)
     sort_after_filtering = total <= SORT_AFTER_FILTERING_MAX and _ranges_another_time_column(filters, sort)
@@ -162,6 +166,11 @@ async def list_jobs(
 
 
 _COUNTED_DIMENSIONS = frozenset({"clusters", "phases", "deleted"})
+
+
+async def count(conn: AsyncConnection, filters: JobFilters) -> int:
+    """The exact number of jobs matching ``filters``."""
+    return await _count(conn, filters, conditions(filters, conn.dialect.name))
 
 
 async def _count(conn: AsyncConnection, filters: JobFilters, where: list[sa.ColumnElement[bool]]) -> int:

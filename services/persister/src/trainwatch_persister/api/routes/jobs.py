@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, status
 
-from trainwatch_common import Phase
 from trainwatch_persister import queries
 from trainwatch_persister.api import pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
+from trainwatch_persister.api.filters import FiltersDep
 from trainwatch_persister.api.models import JobDetail, JobPublic, JobsPublic, TransitionPublic
 from trainwatch_persister.queries import SortField, SortOrder
 
@@ -19,66 +17,17 @@ router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_PAGE_SIZE = 500
 
-# A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name.
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
-def parse_labels(raw: list[str]) -> list[tuple[str, str]]:
-    labels: list[tuple[str, str]] = []
-    for item in raw:
-        key, sep, value = item.partition("=")
-        if not sep or not _LABEL_KEY.match(key) or len(key) > 317:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                f"label filter {item!r} is not key=value with a Kubernetes label key",
-            )
-        labels.append((key, value))
-    return labels
-
 
 @router.get("", response_model=JobsPublic, summary="List jobs")
 async def list_jobs(
     _: ViewerDep,
     conn: ConnectionDep,
-    cluster: Annotated[list[str], Query(description="Cluster id (repeat for any of several)")] = [],  # noqa: B006
-    namespace: Annotated[list[str], Query(description="Namespace (repeatable)")] = [],  # noqa: B006
-    kind: Annotated[list[str], Query(description="Kind key, e.g. pytorchjob (repeatable)")] = [],  # noqa: B006
-    phase: Annotated[list[Phase], Query(description="Phase (repeatable)")] = [],  # noqa: B006
-    terminal: Annotated[
-        bool | None, Query(description="Only finished (true) or unfinished (false) jobs")
-    ] = None,
-    deleted: Annotated[bool | None, Query(description="Only deleted (true) or live (false) jobs")] = None,
-    owner: Annotated[str | None, Query(description="Owner, exactly")] = None,
-    label: Annotated[list[str], Query(description="key=value; repeat for all of several")] = [],  # noqa: B006
-    name: Annotated[str | None, Query(description="Substring of the job name, case-insensitive")] = None,
-    created_after: Annotated[
-        datetime | None, Query(description="created_at >= this (UTC if no zone)")
-    ] = None,
-    created_before: Annotated[datetime | None, Query(description="created_at < this")] = None,
-    updated_after: Annotated[datetime | None, Query(description="updated_at >= this")] = None,
-    updated_before: Annotated[datetime | None, Query(description="updated_at < this")] = None,
+    filters: FiltersDep,
     sort: Annotated[SortField, Query(description="Sort column")] = SortField.UPDATED_AT,
     order: Annotated[SortOrder | None, Query(description="Default: desc for times, asc for name")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> JobsPublic:
-    filters = queries.JobFilters(
-        clusters=tuple(cluster),
-        namespaces=tuple(namespace),
-        kinds=tuple(kind),
-        phases=tuple(p.value for p in phase),
-        terminal=terminal,
-        deleted=deleted,
-        owner=owner,
-        labels=tuple(parse_labels(label)),
-        name_contains=name or None,
-        created_after=created_after,
-        created_before=created_before,
-        updated_after=updated_after,
-        updated_before=updated_before,
-    )
     order = order or (SortOrder.ASC if sort is SortField.NAME else SortOrder.DESC)
     after = None
     if cursor:

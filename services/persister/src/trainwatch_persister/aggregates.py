@@ -1,0 +1,237 @@
+"""The overview's aggregates, computed in SQL on PostgreSQL and SQLite alike.
+
+Every aggregate takes the jobs list's filters (``queries.JobFilters``), so the overview of a
+cluster or a namespace answers for the same jobs the list shows. Time-windowed aggregates bound
+their scan by an index range:
+
+- failures and failure reasons: ``phase = 'Failed' AND updated_at >= since`` on
+  ``ix_jobs_phase_updated_at`` (a job's finish is never after its last update, so this is a
+  superset of the jobs that failed in the window, filtered exactly afterwards);
+- run and queue-wait times: ``updated_at >= since`` on ``ix_jobs_updated_at_cluster_id_uid``;
+- jobs running over time: the unfinished jobs (``ix_jobs_terminal_deleted_at``, migration 0003)
+  plus those updated in the window.
+
+Buckets are computed by the database (one row per bucket); the bucket edges are chosen here and
+passed as parameters, so both dialects bucket identically.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from trainwatch_persister.queries import JobFilters, conditions
+from trainwatch_persister.tables import jobs
+
+# Upper edges (seconds) of the duration histograms' buckets; a last bucket holds the rest.
+DURATION_EDGES: tuple[int, ...] = (10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 86400)
+FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    by_phase: dict[str, int]
+    by_cluster: dict[str, int]
+    by_namespace: list[tuple[str, str, int]]  # (cluster_id, namespace, count), most jobs first
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class Bucket:
+    start: datetime
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    since: datetime
+    until: datetime
+    bucket_seconds: int
+    failures: list[Bucket]  # jobs that failed in each bucket
+    running: list[Bucket]  # jobs running at any time within each bucket
+
+
+@dataclass(frozen=True, slots=True)
+class Histogram:
+    edges: tuple[int, ...]
+    counts: list[int]  # len(edges) + 1: the last counts durations above the last edge
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class Durations:
+    since: datetime
+    queue_wait: Histogram  # started_at - created_at of jobs started in the window
+    run_time: Histogram  # finished_at - started_at of jobs finished in the window
+
+
+def _seconds_between(later: Any, earlier: Any, dialect: str) -> sa.ColumnElement[float]:
+    if dialect == "postgresql":
+        return sa.type_coerce(sa.extract("epoch", later - earlier), sa.Float)
+    # SQLite stores UTC text: julianday() reads it as days since an epoch.
+    return (sa.func.julianday(later) - sa.func.julianday(earlier)) * 86400.0
+
+
+def _live(filters: JobFilters) -> JobFilters:
+    """Deleted jobs are left out unless the filters ask about them."""
+    if filters.deleted is None:
+        return dataclasses.replace(filters, deleted=False)
+    return filters
+
+
+async def breakdown(conn: AsyncConnection, *, filters: JobFilters, namespaces: int = 50) -> Breakdown:
+    """Jobs per phase, per cluster and per (cluster, namespace): the ``namespaces`` largest."""
+    where = conditions(_live(filters), conn.dialect.name)
+    grouped = (
+        sa.select(jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase, sa.func.count().label("n"))
+        .where(*where)
+        .group_by(jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase)
+    )
+    by_phase: dict[str, int] = {}
+    by_cluster: dict[str, int] = {}
+    by_namespace: dict[tuple[str, str], int] = {}
+    for cluster_id, namespace, phase, n in await conn.execute(grouped):
+        by_phase[phase] = by_phase.get(phase, 0) + n
+        by_cluster[cluster_id] = by_cluster.get(cluster_id, 0) + n
+        by_namespace[(cluster_id, namespace)] = by_namespace.get((cluster_id, namespace), 0) + n
+    largest = sorted(by_namespace.items(), key=lambda item: (-item[1], item[0]))[:namespaces]
+    return Breakdown(
+        by_phase=dict(sorted(by_phase.items())),
+        by_cluster=dict(sorted(by_cluster.items())),
+        by_namespace=[(c, ns, n) for (c, ns), n in largest],
+        total=sum(by_phase.values()),
+    )
+
+
+def bucket_starts(until: datetime, *, hours: int, bucket_seconds: int) -> list[datetime]:
+    """Bucket starts covering [until - hours, until), aligned to the bucket size (whole hours)."""
+    step = timedelta(seconds=bucket_seconds)
+    epoch = datetime(1970, 1, 1, tzinfo=until.tzinfo)
+    end = epoch + step * -(-(until - epoch) // step)  # the bucket edge at or after `until`
+    count = max(1, int(timedelta(hours=hours) / step))
+    return [end - step * (count - i) for i in range(count)]
+
+
+async def activity(
+    conn: AsyncConnection,
+    *,
+    filters: JobFilters,
+    until: datetime,
+    hours: int = 24,
+    bucket_seconds: int = 3600,
+) -> Activity:
+    dialect = conn.dialect.name
+    starts = bucket_starts(until, hours=hours, bucket_seconds=bucket_seconds)
+    step = timedelta(seconds=bucket_seconds)
+    since, end = starts[0], starts[-1] + step
+    # Deleted jobs are part of the past: a job that failed and was deleted since still failed.
+    where = conditions(filters, dialect)
+
+    failed_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.updated_at)
+    failure_sums = [
+        sa.func.sum(sa.case((sa.and_(failed_at >= s, failed_at < s + step), 1), else_=0)) for s in starts
+    ]
+    failures_row = (
+        await conn.execute(
+            sa.select(*failure_sums).where(
+                *where, jobs.c.phase == FAILED, jobs.c.updated_at >= since, failed_at < end
+            )
+        )
+    ).one()
+
+    # Running within a bucket: started before its end, and not finished (nor deleted) before its start.
+    ended_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.deleted_at)
+    running_sums = [
+        sa.func.sum(
+            sa.case(
+                (sa.and_(jobs.c.started_at < s + step, sa.or_(ended_at.is_(None), ended_at >= s)), 1), else_=0
+            )
+        )
+        for s in starts
+    ]
+    overlapping = sa.or_(
+        sa.and_(jobs.c.terminal.is_(False), jobs.c.deleted_at.is_(None)), jobs.c.updated_at >= since
+    )
+    running_row = (
+        await conn.execute(
+            sa.select(*running_sums).where(
+                *where, overlapping, jobs.c.started_at.is_not(None), jobs.c.started_at < end
+            )
+        )
+    ).one()
+    return Activity(
+        since=since,
+        until=end,
+        bucket_seconds=bucket_seconds,
+        failures=[Bucket(s, int(n or 0)) for s, n in zip(starts, failures_row, strict=True)],
+        running=[Bucket(s, int(n or 0)) for s, n in zip(starts, running_row, strict=True)],
+    )
+
+
+def _histogram(value: sa.ColumnElement[float], edges: Sequence[int]) -> list[sa.ColumnElement[Any]]:
+    columns: list[sa.ColumnElement[Any]] = []
+    lower: int | None = None
+    for edge in [*edges, None]:
+        bounds = []
+        if lower is not None:
+            bounds.append(value >= lower)
+        if edge is not None:
+            bounds.append(value < edge)
+        columns.append(sa.func.sum(sa.case((sa.and_(*bounds), 1), else_=0)))
+        lower = edge
+    return columns
+
+
+async def durations(
+    conn: AsyncConnection, *, filters: JobFilters, since: datetime, edges: Sequence[int] = DURATION_EDGES
+) -> Durations:
+    dialect = conn.dialect.name
+    where = conditions(filters, dialect)
+    wait = _seconds_between(jobs.c.started_at, jobs.c.created_at, dialect)
+    wait_row = (
+        await conn.execute(
+            sa.select(*_histogram(wait, edges)).where(
+                *where, jobs.c.updated_at >= since, jobs.c.started_at >= since
+            )
+        )
+    ).one()
+    run = _seconds_between(jobs.c.finished_at, jobs.c.started_at, dialect)
+    run_row = (
+        await conn.execute(
+            sa.select(*_histogram(run, edges)).where(
+                *where,
+                jobs.c.updated_at >= since,
+                jobs.c.finished_at >= since,
+                jobs.c.started_at.is_not(None),
+            )
+        )
+    ).one()
+
+    def histogram(row: Sequence[Any]) -> Histogram:
+        counts = [int(n or 0) for n in row]
+        return Histogram(edges=tuple(edges), counts=counts, total=sum(counts))
+
+    return Durations(since=since, queue_wait=histogram(wait_row), run_time=histogram(run_row))
+
+
+async def failure_reasons(
+    conn: AsyncConnection, *, filters: JobFilters, since: datetime, limit: int = 10
+) -> list[tuple[str | None, int]]:
+    """The commonest reasons of the jobs that failed since ``since`` (the event's reason field)."""
+    where = conditions(filters, conn.dialect.name)
+    failed_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.updated_at)
+    n = sa.func.count().label("n")
+    statement = (
+        sa.select(jobs.c.reason, n)
+        .where(*where, jobs.c.phase == FAILED, jobs.c.updated_at >= since, failed_at >= since)
+        .group_by(jobs.c.reason)
+        .order_by(n.desc(), jobs.c.reason)
+        .limit(limit)
+    )
+    return [(reason, int(count)) for reason, count in await conn.execute(statement)]
