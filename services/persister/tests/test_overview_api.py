@@ -1,15 +1,19 @@
-"""The overview's aggregates (/v1/stats/*), on real PostgreSQL and SQLite."""
+"""The overview's aggregates (/v1/stats/*) and the export (/v1/jobs/export), on PostgreSQL and SQLite."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from persister_factories import make_event
 from test_api import Api
 from test_api import api as api  # the fixture: re-exported, not redefined
 
-from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_common import JobStatusEvent, Phase, ReplicaCounts
 from trainwatch_persister.aggregates import bucket_starts
 
 
@@ -166,3 +170,53 @@ def test_buckets_are_whole_hours_ending_after_now() -> None:
     assert len(starts) == 24
     assert starts[-1] == datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     assert starts[0] == datetime(2026, 11, 30, 13, 0, tzinfo=UTC)
+
+
+async def test_export_streams_what_the_filter_matches_as_csv_and_json(api: Api) -> None:
+    await seed(api)
+    replicas = {
+        "Worker": ReplicaCounts(desired=8, active=8, ready=7),
+        "Master": ReplicaCounts(desired=1, ready=1),
+    }
+    await api.write(
+        job("x1", Phase.RUNNING, created=at(1), started=at(1), reason="=cmd|' /C calc'!A0").model_copy(
+            update={"replicas": replicas}
+        )
+    )
+    response = await api.client.get(
+        "/v1/jobs/export", params={"cluster": "alpha"}, headers={"Authorization": "Bearer viewer-token"}
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("text/csv")
+    assert response.headers["x-total-count"] == "8"  # the deleted d1 too: no filter says otherwise
+    assert 'filename="jobs.csv"' in response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(response.content.decode("utf-8-sig"))))
+    assert len(rows) == 8
+    assert {r["cluster_id"] for r in rows} == {"alpha"}
+    x1 = next(r for r in rows if r["uid"] == "x1")
+    assert (x1["replicas_ready"], x1["replicas_desired"]) == ("8", "9")
+    assert x1["reason"].startswith("'=")  # a spreadsheet shows it, never runs it
+    as_json = await api.client.get(
+        "/v1/jobs/export", params={"format": "json", "phase": "Failed", "limit": 2},
+        headers={"Authorization": "Bearer viewer-token"},
+    )  # fmt: skip
+    assert as_json.headers["x-total-count"] == "4"
+    assert as_json.headers["x-export-limit"] == "2"
+    body = json.loads(as_json.content)
+    assert len(body) == 2
+    assert {j["phase"] for j in body} == {"Failed"}
+    assert (await api.client.get("/v1/jobs/export")).status_code == 401
+    await api.get("/v1/jobs/export", {"limit": 10_001}, status=422)
+
+
+@pytest.mark.parametrize("rows", [1_234])
+async def test_export_pages_through_more_rows_than_one_page(api: Api, rows: int) -> None:
+    created = at(3)
+    await api.write(*(job(f"m{i:05d}", Phase.RUNNING, created=created, started=created,
+                          observed=created + timedelta(seconds=i)) for i in range(rows)))  # fmt: skip
+    response = await api.client.get(
+        "/v1/jobs/export", params={"format": "json"}, headers={"Authorization": "Bearer viewer-token"}
+    )
+    uids = [j["uid"] for j in json.loads(response.content)]
+    assert len(uids) == rows == len(set(uids))
+    assert uids[0] == f"m{rows - 1:05d}"  # newest change first

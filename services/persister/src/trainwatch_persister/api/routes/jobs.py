@@ -1,13 +1,14 @@
-"""GET /v1/jobs (filtered, sorted, keyset-paginated) and GET /v1/jobs/{cluster_id}/{uid}."""
+"""GET /v1/jobs (filtered, sorted, keyset-paginated), /v1/jobs/export and /v1/jobs/{cluster_id}/{uid}."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
 
 from trainwatch_persister import queries
-from trainwatch_persister.api import pagination
+from trainwatch_persister.api import export, pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
 from trainwatch_persister.api.filters import FiltersDep
 from trainwatch_persister.api.models import JobDetail, JobPublic, JobsPublic, TransitionPublic
@@ -45,6 +46,40 @@ async def list_jobs(
         total=page.total,
         next_cursor=next_cursor,
     )
+
+
+@router.get(
+    "/export",
+    summary="Export the jobs a filter matches, as CSV or JSON (streamed, at most `limit` rows)",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Newest change first. X-Total-Count: how many match; X-Export-Limit: the bound",
+            "content": {"text/csv": {}, "application/json": {}},
+        }
+    },
+)
+async def export_jobs(
+    request: Request,
+    _: ViewerDep,
+    conn: ConnectionDep,
+    filters: FiltersDep,
+    format: Annotated[Literal["csv", "json"], Query(description="csv or json (an array of jobs)")] = "csv",
+    limit: Annotated[int, Query(ge=1, le=export.MAX_EXPORT_ROWS)] = export.MAX_EXPORT_ROWS,
+) -> StreamingResponse:
+    total = await queries.count(conn, filters)
+    await conn.close()  # the stream reads on its own connection, after this handler returned
+    pages = export.rows(request.app.state.engine, filters, limit)
+    body, media = (export.as_csv(pages), "text/csv; charset=utf-8") if format == "csv" else (
+        export.as_json(pages), "application/json",
+    )  # fmt: skip
+    headers = {
+        "Content-Disposition": f'attachment; filename="jobs.{format}"',
+        "X-Total-Count": str(total),
+        "X-Export-Limit": str(limit),
+        "Cache-Control": "no-store",
+    }
+    return StreamingResponse(body, media_type=media, headers=headers)
 
 
 @router.get(
