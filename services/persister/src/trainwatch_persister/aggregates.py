@@ -11,8 +11,8 @@ their scan by an index range:
 - jobs running over time: the unfinished jobs (``ix_jobs_terminal_deleted_at``, migration 0003)
   plus those updated in the window.
 
-Buckets are computed by the database (one row per bucket); the bucket edges are chosen here and
-passed as parameters, so both dialects bucket identically.
+Buckets are computed by the database (a GROUP BY on the bucket index, whole seconds since the
+window's start, so both dialects bucket identically); the window's edges are chosen here.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from trainwatch_persister.queries import JobFilters, conditions
-from trainwatch_persister.tables import jobs
+from trainwatch_persister.tables import UtcDateTime, jobs
 
 # Upper edges (seconds) of the duration histograms' buckets; a last bucket holds the rest.
 DURATION_EDGES: tuple[int, ...] = (10, 30, 60, 300, 900, 1800, 3600, 3 * 3600, 12 * 3600, 86400)
@@ -133,44 +133,69 @@ async def activity(
     # Deleted jobs are part of the past: a job that failed and was deleted since still failed.
     where = conditions(filters, dialect)
 
-    failed_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.updated_at)
-    failure_sums = [
-        sa.func.sum(sa.case((sa.and_(failed_at >= s, failed_at < s + step), 1), else_=0)) for s in starts
-    ]
-    failures_row = (
-        await conn.execute(
-            sa.select(*failure_sums).where(
-                *where, jobs.c.phase == FAILED, jobs.c.updated_at >= since, failed_at < end
-            )
-        )
-    ).one()
+    def bucket(moment: Any) -> sa.ColumnElement[int]:
+        """The bucket index of a time at or after ``since`` (whole seconds, so both dialects agree)."""
+        if dialect == "postgresql":
+            offset = sa.extract("epoch", moment) - sa.extract("epoch", sa.literal(since, type_=UtcDateTime))
+            return sa.cast(sa.func.floor(offset / bucket_seconds), sa.Integer)
+        epoch = sa.cast(sa.func.strftime("%s", moment), sa.Integer)
+        return sa.cast((epoch - int(since.timestamp())) // bucket_seconds, sa.Integer)  # integer division
 
-    # Running within a bucket: started before its end, and not finished (nor deleted) before its start.
-    ended_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.deleted_at)
-    running_sums = [
-        sa.func.sum(
-            sa.case(
-                (sa.and_(jobs.c.started_at < s + step, sa.or_(ended_at.is_(None), ended_at >= s)), 1), else_=0
-            )
+    count = len(starts)
+    failed_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.updated_at)
+    failed_bucket = bucket(failed_at).label("b")
+    failures = [0] * count
+    rows = await conn.execute(
+        sa.select(failed_bucket, sa.func.count())
+        .where(
+            *where, jobs.c.phase == FAILED, jobs.c.updated_at >= since, failed_at >= since, failed_at < end
         )
-        for s in starts
-    ]
+        .group_by(failed_bucket)
+    )
+    for index, n in rows:
+        if 0 <= int(index) < count:
+            failures[int(index)] += int(n)
+
+    # Running within a bucket: started before its end, and not finished (nor deleted) before its
+    # start. One pass counts the jobs starting and the jobs ending per bucket; running[b] is then
+    # (started in buckets <= b) - (ended in buckets < b), a job started before the window counting
+    # as started in bucket 0.
+    ended_at = sa.func.coalesce(jobs.c.finished_at, jobs.c.deleted_at)
+    start_bucket = sa.case((jobs.c.started_at < since, 0), else_=bucket(jobs.c.started_at)).label("s")
+    end_bucket = sa.case((ended_at.is_(None), -1), else_=bucket(ended_at)).label("e")
     overlapping = sa.or_(
         sa.and_(jobs.c.terminal.is_(False), jobs.c.deleted_at.is_(None)), jobs.c.updated_at >= since
     )
-    running_row = (
-        await conn.execute(
-            sa.select(*running_sums).where(
-                *where, overlapping, jobs.c.started_at.is_not(None), jobs.c.started_at < end
-            )
+    rows = await conn.execute(
+        sa.select(start_bucket, end_bucket, sa.func.count())
+        .where(
+            *where,
+            overlapping,
+            jobs.c.started_at.is_not(None),
+            jobs.c.started_at < end,
+            sa.or_(ended_at.is_(None), ended_at >= since),
         )
-    ).one()
+        .group_by(start_bucket, end_bucket)
+    )
+    started = [0] * count
+    ended = [0] * count
+    for row in rows:
+        values: tuple[Any, ...] = tuple(row)
+        first, last, n = (int(v) for v in values)
+        started[min(max(first, 0), count - 1)] += n
+        if 0 <= last < count:
+            ended[last] += n
+    running: list[int] = []
+    current = 0
+    for index in range(count):
+        current += started[index] - (ended[index - 1] if index else 0)
+        running.append(current)
     return Activity(
         since=since,
         until=end,
         bucket_seconds=bucket_seconds,
-        failures=[Bucket(s, int(n or 0)) for s, n in zip(starts, failures_row, strict=True)],
-        running=[Bucket(s, int(n or 0)) for s, n in zip(starts, running_row, strict=True)],
+        failures=[Bucket(s, n) for s, n in zip(starts, failures, strict=True)],
+        running=[Bucket(s, n) for s, n in zip(starts, running, strict=True)],
     )
 
 
