@@ -138,6 +138,8 @@ async def test_overview_jobs_and_clusters_pages(system: System, page: Any) -> No
     headers = await page.locator("#jobs-table thead th").all_inner_texts()
     for column in ("Ready", "Restarts", "Failing since", "Age", "Duration", "Updated"):
         assert column in headers
+    cells = await page.locator("#jobs-table tbody tr").first.locator("td").count()
+    assert cells == len(headers)
     first_time = page.locator("#jobs-table tbody time.local-time").first
     await expect(first_time).to_have_attribute("data-localized", "yes")
     shown, utc_title = await first_time.inner_text(), await first_time.get_attribute("title")

@@ -525,6 +525,10 @@ async def test_jobs_list_columns_and_deleted_toggle(client: httpx.AsyncClient, s
     assert 'title="2026-11-29 15:00:05 UTC"' in text
     assert '<td class="cell-replicas nowrap">2/2</td>' in text  # ready unknown: active of desired
     assert 'data-page-size="50"' in text
+    table = text[text.index('id="jobs-table"') :]
+    head, row = table.split("</thead>", 1)
+    assert head.count("<th>") == row.split("</tr>", 1)[0].count("<td")  # every column has its cell
+    assert "<td>alice</td>" in row
     await client.get("/jobs", params={"deleted": "include"})
     asked = [dict(r.url.params) for r in stand.requests if r.url.path == "/v1/jobs"]
     assert asked[0]["deleted"] == "false"
