@@ -199,50 +199,43 @@ async def activity(
     )
 
 
-def _histogram(value: sa.ColumnElement[float], edges: Sequence[int]) -> list[sa.ColumnElement[Any]]:
-    columns: list[sa.ColumnElement[Any]] = []
-    lower: int | None = None
-    for edge in [*edges, None]:
-        bounds = []
-        if lower is not None:
-            bounds.append(value >= lower)
-        if edge is not None:
-            bounds.append(value < edge)
-        columns.append(sa.func.sum(sa.case((sa.and_(*bounds), 1), else_=0)))
-        lower = edge
-    return columns
+def _bucket_of(value: sa.ColumnElement[float], edges: Sequence[int]) -> sa.ColumnElement[int]:
+    """The histogram bucket of ``value``: i for value < edges[i] (the first such), len(edges) above."""
+    return sa.case(*((value < edge, index) for index, edge in enumerate(edges)), else_=len(edges))
 
 
 async def durations(
     conn: AsyncConnection, *, filters: JobFilters, since: datetime, edges: Sequence[int] = DURATION_EDGES
 ) -> Durations:
+    """One pass over the jobs updated in the window: each row's queue-wait bucket (if it started in
+    the window) and run-time bucket (if it finished in it), counted per pair of buckets."""
     dialect = conn.dialect.name
     where = conditions(filters, dialect)
+    started_in = jobs.c.started_at >= since
+    finished_in = sa.and_(jobs.c.finished_at >= since, jobs.c.started_at.is_not(None))
     wait = _seconds_between(jobs.c.started_at, jobs.c.created_at, dialect)
-    wait_row = (
-        await conn.execute(
-            sa.select(*_histogram(wait, edges)).where(
-                *where, jobs.c.updated_at >= since, jobs.c.started_at >= since
-            )
-        )
-    ).one()
     run = _seconds_between(jobs.c.finished_at, jobs.c.started_at, dialect)
-    run_row = (
-        await conn.execute(
-            sa.select(*_histogram(run, edges)).where(
-                *where,
-                jobs.c.updated_at >= since,
-                jobs.c.finished_at >= since,
-                jobs.c.started_at.is_not(None),
-            )
-        )
-    ).one()
+    wait_bucket = sa.case((started_in, _bucket_of(wait, edges)), else_=None).label("w")
+    run_bucket = sa.case((finished_in, _bucket_of(run, edges)), else_=None).label("r")
+    rows = await conn.execute(
+        sa.select(wait_bucket, run_bucket, sa.func.count())
+        .where(*where, jobs.c.updated_at >= since, sa.or_(started_in, finished_in))
+        .group_by(wait_bucket, run_bucket)
+    )
+    waits = [0] * (len(edges) + 1)
+    runs = [0] * (len(edges) + 1)
+    for row in rows:
+        values: tuple[Any, ...] = tuple(row)
+        w, r, n = values
+        if w is not None:
+            waits[int(w)] += int(n)
+        if r is not None:
+            runs[int(r)] += int(n)
 
-    def histogram(row: Sequence[Any]) -> Histogram:
-        counts = [int(n or 0) for n in row]
+    def histogram(counts: list[int]) -> Histogram:
         return Histogram(edges=tuple(edges), counts=counts, total=sum(counts))
 
-    return Durations(since=since, queue_wait=histogram(wait_row), run_time=histogram(run_row))
+    return Durations(since=since, queue_wait=histogram(waits), run_time=histogram(runs))
 
 
 async def failure_reasons(
