@@ -107,6 +107,11 @@ sa.Index("ix_jobs_namespace_cluster_id", jobs.c.namespace, jobs.c.cluster_id)
 sa.Index("ix_jobs_kind_key", jobs.c.kind_key)
 sa.Index("ix_jobs_owner", jobs.c.owner)
 sa.Index("ix_jobs_deleted_at", jobs.c.deleted_at)
+# The unfinished live jobs, where the overview's "jobs running over time" starts (migration 0003).
+sa.Index("ix_jobs_terminal_deleted_at", jobs.c.terminal, jobs.c.deleted_at)
+# The overview's breakdown (live jobs per cluster, namespace and phase) from the index alone.
+sa.Index("ix_jobs_cluster_id_namespace_phase_deleted_at", jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase,
+         jobs.c.deleted_at)  # fmt: skip
 sa.Index(
     "ix_jobs_labels", jobs.c.labels, postgresql_using="gin", postgresql_ops={"labels": "jsonb_path_ops"}
 ).ddl_if(dialect="postgresql")
