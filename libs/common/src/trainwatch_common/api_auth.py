@@ -3,7 +3,8 @@
 ``require_role(Role.VIEWER, scheme)`` answers 401 (with ``WWW-Authenticate: Bearer``) for a
 missing or unknown token and 403 for a token whose role does not grant the one required, and
 gives the route the caller's role. The token set is the app's ``state.tokens`` (``ApiTokens``).
-A failed authentication is logged with the client's address and the path, never the token.
+A failed authentication is logged (on the service's own logger) with the client's address and
+the path, never the token.
 
 Not rate-limited here: the dashboard checks every sign-in with these APIs, so a per-address limit
 would let ten bad sign-ins lock every user out; the dashboard limits per browser address, and
@@ -21,8 +22,6 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from trainwatch_common.auth import ApiTokens, Role
 
-log = logging.getLogger(__name__)
-
 
 def bearer_scheme(description: str) -> HTTPBearer:
     """The OpenAPI security scheme; a missing header is the dependency's to refuse (401, not 403)."""
@@ -33,8 +32,9 @@ def client_address(request: Request) -> str:
     return request.client.host if request.client else "unknown"
 
 
-def require_role(required: Role, scheme: HTTPBearer) -> Callable[..., Awaitable[Role]]:
-    """A dependency: the caller's role, if its bearer token grants ``required``."""
+def require_role(required: Role, scheme: HTTPBearer, log: logging.Logger) -> Callable[..., Awaitable[Role]]:
+    """A dependency: the caller's role, if its bearer token grants ``required``; refusals of
+    unknown tokens are logged on ``log``."""
 
     async def caller_role(
         request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(scheme)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -11,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from trainwatch_common.api_auth import bearer_scheme, require_role
 from trainwatch_common.auth import Role
 
+log = logging.getLogger(__name__)
 _bearer = bearer_scheme("A viewer or admin token of the registry's token set")
 
 
@@ -20,5 +22,5 @@ async def connection(request: Request) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer))]
+ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer, log))]
 ConnectionDep = Annotated[AsyncConnection, Depends(connection)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -39,10 +40,11 @@ def get_services(request: Request) -> Services:
 
 ServicesDep = Annotated[Services, Depends(get_services)]
 
+log = logging.getLogger(__name__)
 _bearer = bearer_scheme("A token from TRAINWATCH_{ADMIN,VIEWER,WATCHER}_TOKENS")
 
 
-AdminDep = Annotated[Role, Depends(require_role(Role.ADMIN, _bearer))]
+AdminDep = Annotated[Role, Depends(require_role(Role.ADMIN, _bearer, log))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,5 +64,5 @@ async def _actor(
 
 
 ActorDep = Annotated[Actor, Depends(_actor)]
-ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer))]
-WatcherDep = Annotated[Role, Depends(require_role(Role.WATCHER, _bearer))]
+ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer, log))]
+WatcherDep = Annotated[Role, Depends(require_role(Role.WATCHER, _bearer, log))]
