@@ -89,6 +89,7 @@ def transition_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
             "observed_at": event.observed_at,
             "source_transition_time": event.source_transition_time,
             "watcher_id": event.watcher_id,
+            **diagnosis_values(event),
             "event": event.model_dump(mode="json"),
         }
     return list(rows.values())
@@ -141,4 +142,34 @@ def job_row(event: JobStatusEvent) -> dict[str, Any]:
         "rv_number": ordering.rv_number(job.resource_version),
         "event_id": event.event_id,
         "watcher_id": event.watcher_id,
+        # The current diagnosis is the one on the highest-ordered event, whatever its change: a
+        # "diagnosis" update (same phase) or one with none (cleared) replaces it like any event.
+        **diagnosis_values(event),
+        **resource_values(event),
+        "queue_wait_seconds": event.queue_wait_seconds,
+        "run_seconds": event.run_seconds,
+    }
+
+
+def diagnosis_values(event: JobStatusEvent) -> dict[str, Any]:
+    diagnosis = event.diagnosis
+    if diagnosis is None:
+        return dict.fromkeys(("diagnosis_category", "diagnosis_blame", "diagnosis_summary", "diagnosis"))
+    return {
+        "diagnosis_category": diagnosis.category.value,
+        "diagnosis_blame": diagnosis.blame.value,
+        "diagnosis_summary": diagnosis.summary,
+        "diagnosis": diagnosis.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def resource_values(event: JobStatusEvent) -> dict[str, Any]:
+    resources = event.resources
+    if resources is None:  # an event of a watcher that does not read them: unknown, not zero
+        return dict.fromkeys(("gpus", "gpu_product", "cpu", "memory_bytes"))
+    return {
+        "gpus": resources.gpus,
+        "gpu_product": resources.gpu_product,
+        "cpu": resources.cpu,
+        "memory_bytes": resources.memory_bytes,
     }

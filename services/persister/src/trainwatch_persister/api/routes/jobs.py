@@ -9,10 +9,17 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, status
 
 from trainwatch_common import Phase
+from trainwatch_common.events.diagnosis import Blame, DiagnosisCategory
 from trainwatch_persister import queries
 from trainwatch_persister.api import pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
-from trainwatch_persister.api.models import JobDetail, JobPublic, JobsPublic, TransitionPublic
+from trainwatch_persister.api.models import (
+    DiagnosisChange,
+    JobDetail,
+    JobPublic,
+    JobsPublic,
+    TransitionPublic,
+)
 from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -59,6 +66,13 @@ async def list_jobs(
     created_before: Annotated[datetime | None, Query(description="created_at < this")] = None,
     updated_after: Annotated[datetime | None, Query(description="updated_at >= this")] = None,
     updated_before: Annotated[datetime | None, Query(description="updated_at < this")] = None,
+    diagnosis: Annotated[
+        list[DiagnosisCategory],
+        Query(description="Category of the current diagnosis, e.g. OOMKilled (repeatable = any of)"),
+    ] = [],  # noqa: B006
+    blame: Annotated[
+        list[Blame], Query(description="Blame of the current diagnosis, e.g. infrastructure (repeatable)")
+    ] = [],  # noqa: B006
     sort: Annotated[SortField, Query(description="Sort column")] = SortField.UPDATED_AT,
     order: Annotated[SortOrder | None, Query(description="Default: desc for times, asc for name")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
@@ -78,6 +92,8 @@ async def list_jobs(
         created_before=created_before,
         updated_after=updated_after,
         updated_before=updated_before,
+        diagnoses=tuple(c.value for c in diagnosis),
+        blames=tuple(b.value for b in blame),
     )
     order = order or (SortOrder.ASC if sort is SortField.NAME else SortOrder.DESC)
     after = None
@@ -108,7 +124,31 @@ async def get_job(_: ViewerDep, conn: ConnectionDep, cluster_id: str, uid: str) 
     found = await queries.get_job(conn, cluster_id=cluster_id, uid=uid)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {uid!r} in cluster {cluster_id!r}")
+    transitions = [TransitionPublic.model_validate(dict(row)) for row in found.transitions]
     return JobDetail(
         **JobPublic.model_validate(dict(found.job)).model_dump(),
-        transitions=[TransitionPublic.model_validate(dict(row)) for row in found.transitions],
+        transitions=transitions,
+        diagnosis_history=diagnosis_history(transitions),
     )
+
+
+def diagnosis_history(transitions: list[TransitionPublic]) -> list[DiagnosisChange]:
+    """The events where the diagnosis changed: appeared, moved (category, blame or its line), cleared.
+
+    Transitions repeat the diagnosis as of their moment, so an unchanged one is left out.
+    """
+    changes: list[DiagnosisChange] = []
+    last: tuple[str, str, str] | None = None
+    for row in transitions:
+        d = row.diagnosis
+        key = (d.category.value, d.blame.value, d.summary) if d is not None else None
+        if key == last:
+            continue
+        last = key
+        changes.append(
+            DiagnosisChange(
+                event_id=row.event_id, sequence=row.sequence, change=row.change, phase=row.phase,
+                observed_at=row.observed_at, diagnosis=d,
+            )
+        )  # fmt: skip
+    return changes
