@@ -12,6 +12,8 @@ list's default order (updated_at, then the keyset tie-breakers).
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
@@ -24,7 +26,7 @@ depends_on = None
 NullableJsonDocument = sa.JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 
 
-def _diagnosis_columns() -> list[sa.Column[object]]:
+def _diagnosis_columns() -> list[sa.Column[Any]]:
     return [
         sa.Column("diagnosis_category", sa.String(32)),
         sa.Column("diagnosis_blame", sa.String(16)),
@@ -33,7 +35,7 @@ def _diagnosis_columns() -> list[sa.Column[object]]:
     ]
 
 
-_JOB_COLUMNS = [
+_JOB_COLUMNS: list[sa.Column[Any]] = [
     sa.Column("gpus", sa.Integer),
     sa.Column("gpu_product", sa.String(253)),
     sa.Column("cpu", sa.Float),
