@@ -283,8 +283,24 @@ async def test_a_diagnosis_update_moves_the_diagnosis_not_the_phase(engine: Asyn
     await write(
         engine,
         update(4, quota),
-        make_event(sequence=3, phase=Phase.RUNNING),
+        make_event(sequence=3, phase=Phase.RUNNING, previous_phase=Phase.PENDING),
         update(5, gpus).model_copy(update={"phase": Phase.RUNNING, "previous_phase": Phase.RUNNING}),
     )
     row = await job(engine)
     assert (row["phase"], row["sequence"], row["diagnosis_category"]) == ("Running", 5, "Unschedulable")
+    # ... and keeps the previous phase of that transition, not the update's "Running <- Running".
+    assert (row["previous_phase"], row["last_change"]) == ("Pending", "diagnosis")
+    await write(
+        engine, update(6, None).model_copy(update={"phase": Phase.RUNNING, "previous_phase": Phase.RUNNING})
+    )
+    row = await job(engine)
+    assert (row["phase"], row["previous_phase"], row["sequence"], row["diagnosis"]) == (
+        "Running",
+        "Pending",
+        6,
+        None,
+    )
+    # A transition after the updates sets its own previous phase, as always.
+    await write(engine, make_event(sequence=7, phase=Phase.FAILED, previous_phase=Phase.RUNNING))
+    row = await job(engine)
+    assert (row["phase"], row["previous_phase"], row["last_change"]) == ("Failed", "Running", "transition")

@@ -110,6 +110,38 @@ def latest_per_job(events: Iterable[JobStatusEvent]) -> list[JobStatusEvent]:
     return list(latest.values())
 
 
+def job_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
+    """One upsert row per job: its newest event's (``latest_per_job``).
+
+    A diagnosis update repeats the phase as its ``previous_phase``; the job keeps the previous
+    phase of the transition before it. That transition may be in this batch (then the row carries
+    its previous_phase) or already stored (then the upsert keeps the stored one, see repository).
+    """
+    rows = []
+    for event in latest_per_job(events):
+        row = job_row(event)
+        if event.change == "diagnosis":
+            before = _last_phase_event(events, event)
+            if before is not None and before.phase == event.phase:
+                # Differs from the phase unless that was a sub-phase move: the upsert takes it.
+                row["previous_phase"] = before.previous_phase.value if before.previous_phase else None
+        rows.append(row)
+    return rows
+
+
+def _last_phase_event(events: Sequence[JobStatusEvent], update: JobStatusEvent) -> JobStatusEvent | None:
+    """The newest event of the update's job in the batch, before it, that is not a diagnosis update."""
+    key, found = order_key(update), None
+    for event in events:
+        if (event.job.cluster_id, event.job.uid) != (update.job.cluster_id, update.job.uid):
+            continue
+        if event.change == "diagnosis" or not ordering.supersedes(key, order_key(event)):
+            continue
+        if found is None or ordering.supersedes(order_key(event), order_key(found)):
+            found = event
+    return found
+
+
 def job_row(event: JobStatusEvent) -> dict[str, Any]:
     job = event.job
     return {
@@ -145,6 +177,7 @@ def job_row(event: JobStatusEvent) -> dict[str, Any]:
         # The current diagnosis is the one on the highest-ordered event, whatever its change: a
         # "diagnosis" update (same phase) or one with none (cleared) replaces it like any event.
         **diagnosis_values(event),
+        "last_change": event.change,
         **resource_values(event),
         "queue_wait_seconds": event.queue_wait_seconds,
         "run_seconds": event.run_seconds,

@@ -116,6 +116,9 @@ jobs = sa.Table(
     # Issue 16 (migration 0003): the diagnosis of the event holding the current state (null when it
     # has none: nothing to explain, or a watcher without diagnosis), and what the job asked for.
     *diagnosis_columns(),
+    # The change of the event holding the current state: "diagnosis" when a diagnosis update (same
+    # phase) is the newest, which keeps the previous_phase of the transition before it.
+    sa.Column("last_change", sa.String(16)),
     sa.Column("gpus", sa.Integer),
     sa.Column("gpu_product", sa.String(253)),
     sa.Column("cpu", sa.Float),

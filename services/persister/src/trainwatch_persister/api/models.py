@@ -47,6 +47,10 @@ class JobPublic(BaseModel):
     diagnosis: Diagnosis | None = Field(
         description="Why it failed, restarts or waits: the diagnosis of the newest event (null: none)"
     )
+    last_change: JobChange | None = Field(
+        description='The change of the newest event ("diagnosis": a diagnosis update, same phase); '
+        "null on rows written before it was kept"
+    )
     gpus: int | None = Field(description="GPUs requested, summed over replicas (null: not reported)")
     gpu_product: str | None = Field(description="The GPU product a node selector or affinity names")
     cpu: float | None = Field(description="CPU cores requested, summed over replicas")

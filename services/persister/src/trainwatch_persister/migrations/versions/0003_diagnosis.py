@@ -36,6 +36,7 @@ def _diagnosis_columns() -> list[sa.Column[Any]]:
 
 
 _JOB_COLUMNS: list[sa.Column[Any]] = [
+    sa.Column("last_change", sa.String(16)),
     sa.Column("gpus", sa.Integer),
     sa.Column("gpu_product", sa.String(253)),
     sa.Column("cpu", sa.Float),
