@@ -4,7 +4,8 @@ The registry, the persister and the dashboard run as processes (as `make run` st
 test plugin's nats-server; job events with a diagnosis are published on the JOBS stream as a
 watcher publishes them. Chromium (Playwright, the system browser) opens the job page in English
 and Chinese: the reason line, who acts, the evidence, the Warning events, the log tail folded in a
-<details> element, resources, queue wait and run time, and a hostile cluster's text shown as text.
+<details> element, resources, queue wait and run time, and a hostile cluster's text shown as text;
+then a diagnosis update published while the page is open replaces the "why" without a reload.
 
 Screenshots: .artifacts/e2e/diagnosis-en.png and diagnosis-zh-CN.png (and, with
 TRAINWATCH_README_SCREENSHOT=1, docs/img/job-diagnosis-en.png and job-diagnosis-zh-CN.png).
@@ -13,6 +14,7 @@ TRAINWATCH_README_SCREENSHOT=1, docs/img/job-diagnosis-en.png and job-diagnosis-
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -176,16 +178,20 @@ async def system(nats_url: str, tmp_path: Path) -> AsyncIterator[System]:
         stack.stop()
 
 
-async def publish_and_persist(system: System, nats_url: str) -> None:
+async def publish(nats_url: str, events: list[JobStatusEvent]) -> None:
     client = await nats.connect(nats_url)
     try:
         js = client.jetstream()
         await ensure_streams(js)
-        for e in EVENTS:
+        for e in events:
             subject = job_subject(cluster_id=CLUSTER, namespace="team-llm", kind_key="pytorchjob", name=NAME)
             await js.publish(subject, wrap_job_event(e).to_json(), headers={"Nats-Msg-Id": e.event_id})
     finally:
         await client.close()
+
+
+async def publish_and_persist(system: System, nats_url: str) -> None:
+    await publish(nats_url, EVENTS)
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {VIEWER}"}) as api:
 
         async def persisted() -> bool:
@@ -273,6 +279,30 @@ async def test_the_job_page_shows_the_diagnosis_in_both_languages(system: System
                 await expect(log.locator("pre")).to_contain_text("<script>document.title=2</script>")
                 assert await page.title() not in ("1", "2")
                 await shot(page, language)
+
+            # -- live: a diagnosis update reaches the open page without a reload ----------------------
+            await page.goto(f"{system.dashboard}/jobs/{CLUSTER}/{UID}?lang=en")
+            await expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
+            node_lost = OOM.model_copy(
+                update={"category": DiagnosisCategory.NODE_FAILURE, "blame": Blame.INFRASTRUCTURE,
+                        "summary": "worker-3 (pytorch) was lost with its node gpu-node-7 (NodeLost)",
+                        "exit_code": None, "signal": None, "reason": "NodeLost", "message": None,
+                        "events": [], "log_tail": None}
+            )  # fmt: skip
+            update = EVENTS[-1].model_copy(
+                update={"event_id": job_event_id(CLUSTER, UID, 4), "sequence": 4, "change": "diagnosis",
+                        "previous_phase": Phase.FAILED, "diagnosis": node_lost,
+                        "observed_at": T0 + timedelta(minutes=50)}
+            )  # fmt: skip
+            await publish(nats_url, [update])
+            await expect(page.locator("#diagnosis-line")).to_have_text(
+                "NodeFailure · Worker-3 (pytorch) on node gpu-node-7"
+            )
+            await expect(page.locator("#diagnosis-evidence .blame")).to_have_text(
+                "The platform (infrastructure)"
+            )
+            await expect(page.locator("#diagnosis-log")).to_have_count(0)
+            await expect(page.locator('#timeline li[data-sequence="4"]')).to_contain_text("diagnosis update")
         finally:
             await context.close()
             await browser.close()
