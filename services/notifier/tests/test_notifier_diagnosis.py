@@ -225,3 +225,16 @@ def test_the_webhook_carries_the_diagnosis_and_the_reason_line() -> None:
     assert body["trainwatchreason"] == REASON_LINES["zh-CN"]
     assert Diagnosis.model_validate(body["data"]["diagnosis"]) == OOM
     assert body["data"]["resources"]["gpus"] == 32
+
+
+@pytest.mark.parametrize(("channel_type", "body_format"), [c for c in CHANNELS])
+def test_a_digest_lists_each_diagnosed_job_with_its_reason_line(channel_type: str, body_format: str) -> None:
+    from trainwatch_notifier.render.facts import DigestFacts
+
+    items = [facts(diagnosed(), "en"), facts(diagnosed(None, name="plain-1"), "en")]
+    digest = DigestFacts(items=items, seconds=10, language="en", dashboard_url="https://dash.example.com",
+                         max_listed=10)  # fmt: skip
+    body = channel(channel_type, body_format).render_digest(digest)
+    text = orjson.dumps(body).decode()
+    assert REASON_LINES["en"][:60] in text  # cut to the digest's 100 characters per job
+    assert "BackoffLimitExceeded" in text  # a job without a diagnosis keeps its condition's reason

@@ -319,7 +319,8 @@ class DigestFacts:
         return self.items[: self.max_listed]
 
     def reason(self, item: JobFacts) -> str:
-        return shorten(item.event.reason or "", self.reason_chars)
+        """A listed job's one line of why: its diagnosis' reason line when it has one."""
+        return shorten(item.reason_line() or item.event.reason or "", self.reason_chars)
 
     def more(self) -> str | None:
         rest = len(self.items) - len(self.listed())

@@ -127,7 +127,7 @@ def _digest(digest: DigestFacts, body_format: str) -> Body:
         ]
         for item in digest.listed():
             job = item.event.job
-            reason = f" — {digest.reason(item)}" if item.event.reason else ""
+            reason = f" — {digest.reason(item)}" if digest.reason(item) else ""
             paragraphs.append(
                 [
                     {"tag": "text", "text": f"{item.icon} "},

@@ -128,7 +128,7 @@ def digest_markdown(digest: DigestFacts, *, markup: Markup = MARKDOWN, mentions:
     lines.append("")
     for item in digest.listed():
         job = item.event.job
-        reason = f" — {markup.escape(digest.reason(item))}" if item.event.reason else ""
+        reason = f" — {markup.escape(digest.reason(item))}" if digest.reason(item) else ""
         name = markup.link(f"{job.namespace}/{job.name}", item.link)
         lines.append(f"- {item.icon} {name} ({markup.escape(job.kind)}) {item.phase_name}{reason}")
     more = digest.more()
@@ -146,7 +146,7 @@ def digest_plain(
     lines = [digest.title(), *(escape(line) for line in digest.summary()), ""]
     for item in digest.listed():
         job = item.event.job
-        reason = f" — {escape(digest.reason(item))}" if item.event.reason else ""
+        reason = f" — {escape(digest.reason(item))}" if digest.reason(item) else ""
         listed = escape(f"{job.namespace}/{job.name} ({job.kind})")
         lines.append(f"- {item.icon} {listed} {item.phase_name}{reason} {item.link}")
     more = digest.more()
