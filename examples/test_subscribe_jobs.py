@@ -4,16 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import sys
 from pathlib import Path
 
 import nats
 
-from trainwatch_common import JobStatusEvent, ensure_streams, job_subject, wrap_job_event
+from trainwatch_common import JobStatusEvent, ensure_streams
 from trainwatch_common.testing import eventually
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "libs" / "common" / "tests"))
-from test_contracts_jetstream import make_event
+from trainwatch_common.testing.events import job_event, publish_job_event
 
 _spec = importlib.util.spec_from_file_location(
     "subscribe_jobs", Path(__file__).with_name("subscribe_jobs.py")
@@ -30,22 +27,14 @@ async def publish(nats_url: str, events: list[JobStatusEvent]) -> None:
         js = client.jetstream()
         await ensure_streams(js)
         for event in events:
-            subject = job_subject(
-                cluster_id=event.job.cluster_id,
-                namespace=event.job.namespace,
-                kind_key=event.job.kind_key,
-                name=event.job.name,
-            )
-            await js.publish(
-                subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": event.event_id}
-            )
+            await publish_job_event(js, event)
     finally:
         await client.close()
 
 
 async def test_example_consumer_filters_by_namespace_and_resumes(nats_url: str) -> None:
-    wanted = [make_event(sequence=s, namespace="team-a") for s in range(3)]
-    other = make_event(sequence=9, namespace="team-b")
+    wanted = [job_event(sequence=s, namespace="team-a") for s in range(3)]
+    other = job_event(sequence=9, namespace="team-b")
     await publish(nats_url, [wanted[0], other, wanted[1]])
 
     received: list[JobStatusEvent] = []

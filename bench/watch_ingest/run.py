@@ -277,7 +277,7 @@ async def bench_full_path(
         s.value
         for m in metrics.registry.collect()
         for s in m.samples
-        if s.name == "trainwatch_transitions_emitted_total"
+        if s.name == "trainwatch_watcher_transitions_emitted_total"
     )
     await client.close()
     await nc.close()

@@ -21,7 +21,13 @@ from pydantic import SecretStr
 from security_support import dashboard, registry_app
 
 from trainwatch_common import job_subject
-from trainwatch_common.streams import JOBS_STREAM, PERSISTER_CONSUMER, ensure_consumer, ensure_streams
+from trainwatch_common.streams import (
+    JOBS_STREAM,
+    PERSISTER_CONSUMER,
+    StreamSettings,
+    ensure_consumer,
+    ensure_streams,
+)
 from trainwatch_common.testing import NatsServer, eventually
 from trainwatch_common.testing.servers import nats_server_binary
 
@@ -87,8 +93,12 @@ async def test_v5_only_the_watcher_may_publish_job_events(
     try:
         for service in SERVICES:
             clients[service] = await connect_as(shipped_nats, service, passwords[service], errors[service])
-        for service in ("registry", "watcher", "notifier", "persister"):  # each does this at start-up
-            await ensure_streams(clients[service].jetstream())
+        await ensure_streams(clients["registry"].jetstream())  # the streams' one owner
+        follower = StreamSettings(manage_streams=False)
+        for service in ("watcher", "notifier", "persister"):  # each waits for them at start-up
+            await ensure_streams(clients[service].jetstream(), follower)
+        with pytest.raises(Exception, match=r"(?i)timeout|permission|authoriz"):  # not the owner
+            await ensure_streams(clients["persister"].jetstream(timeout=2), StreamSettings())
         await ensure_consumer(clients["persister"].jetstream(), PERSISTER_CONSUMER)
 
         ack = (
@@ -174,8 +184,9 @@ async def _ready(client: Any) -> bool:
 
 def test_v5_compose_and_kubernetes_ship_that_config_with_a_user_per_service() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    assert "./deploy/k8s/nats.conf:/etc/nats/nats.conf:ro" in compose["nats"]["volumes"]
-    assert compose["nats"]["command"][:2] == ["-c", "/etc/nats/nats.conf"]
+    for node in ("nats-1", "nats-2", "nats-3"):  # a three-node cluster, each node on the shipped config
+        assert "./deploy/k8s/nats.conf:/etc/nats/nats.conf:ro" in compose[node]["volumes"]
+        assert compose[node]["command"][:2] == ["-c", "/etc/nats/nats.conf"]
     kustomization = yaml.safe_load((ROOT / "deploy" / "k8s" / "kustomization.yaml").read_text())
     assert {"name": "trainwatch-nats-config", "files": ["nats.conf"]} in kustomization["configMapGenerator"]
     assert "nats.yaml" in kustomization["resources"]

@@ -2,40 +2,25 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import nats
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
 from trainwatch_common import (
-    JobRef,
     JobStatusEvent,
-    Phase,
     ensure_consumer,
     ensure_streams,
-    job_event_id,
     job_filter,
     job_subject,
     parse_job_event,
     wrap_job_event,
 )
 from trainwatch_common.streams import ALL_STREAMS, CLUSTERS_BUCKET, PERSISTER_CONSUMER
+from trainwatch_common.testing.events import job_event
 
 
 def make_event(*, name: str = "train-1", sequence: int = 0, namespace: str = "team-a") -> JobStatusEvent:
-    return JobStatusEvent(
-        event_id=job_event_id("alpha", "uid-1", sequence),
-        change="created" if sequence == 0 else "transition",
-        sequence=sequence,
-        epoch=3,
-        job=JobRef(
-            cluster_id="alpha", api_version="kubeflow.org/v1", kind="PyTorchJob", kind_key="pytorchjob",
-            namespace=namespace, name=name, uid="uid-1", resource_version="42",
-        ),
-        phase=Phase.RUNNING,
-        observed_at=datetime(2026, 11, 29, 12, 0, tzinfo=UTC),
-    )  # fmt: skip
+    return job_event(name=name, sequence=sequence, namespace=namespace, epoch=3)
 
 
 async def test_streams_are_created_idempotently(nats_url: str) -> None:

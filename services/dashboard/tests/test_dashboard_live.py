@@ -11,23 +11,19 @@ import nats
 import orjson
 from dashboard_support import job_event, serving
 
-from trainwatch_common import Phase, ensure_streams, job_subject, wrap_job_event
+from trainwatch_common import JobStatusEvent, Phase, ensure_streams
 from trainwatch_common.testing import eventually
+from trainwatch_common.testing.events import publish_job_event
 from trainwatch_dashboard.app import create_app
 from trainwatch_dashboard.live import Broker, JobFilter, LiveFeed, sse_stream
 from trainwatch_dashboard.settings import DashboardSettings
 
 
-async def publish(nats_url: str, *events: object) -> None:
+async def publish(nats_url: str, *events: JobStatusEvent) -> None:
     nc = await nats.connect(nats_url)
     try:
-        js = nc.jetstream()
         for event in events:
-            job = event.job  # type: ignore[attr-defined]
-            subject = job_subject(
-                cluster_id=job.cluster_id, namespace=job.namespace, kind_key=job.kind_key, name=job.name
-            )
-            await js.publish(subject, wrap_job_event(event).to_json())  # type: ignore[arg-type]
+            await publish_job_event(nc.jetstream(), event)
     finally:
         await nc.close()
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, Header
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from trainwatch_common import (
     JobRef,
@@ -23,9 +23,8 @@ from trainwatch_common import (
     ReplicaCounts,
     ensure_streams,
     job_event_id,
-    job_subject,
-    wrap_job_event,
 )
+from trainwatch_common.testing.events import publish_job_event
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.settings import NotifierSettings
 
@@ -79,13 +78,7 @@ def make_event(
 
 
 async def publish(js: JetStreamContext, event: JobStatusEvent, *, msg_id: str | None = None) -> None:
-    job = event.job
-    subject = job_subject(
-        cluster_id=job.cluster_id, namespace=job.namespace, kind_key=job.kind_key, name=job.name
-    )
-    await js.publish(
-        subject, wrap_job_event(event).to_json(), headers={Header.MSG_ID: msg_id or event.event_id}
-    )
+    await publish_job_event(js, event, msg_id=msg_id)
 
 
 def feishu_rules(url: str, *, extra: str = "", channel_extra: str = "", secret: str = "demo") -> str:

@@ -19,11 +19,10 @@ from trainwatch_common import (
     Phase,
     ensure_streams,
     job_event_id,
-    job_subject,
-    wrap_job_event,
 )
 from trainwatch_common.auth import ApiTokens
 from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, DiagnosisWarning, LogTail
+from trainwatch_common.testing.events import publish_job_event
 from trainwatch_persister.app import create_app
 from trainwatch_persister.database import make_engine
 from trainwatch_persister.migrate import upgrade
@@ -104,13 +103,7 @@ def make_event(
 
 
 async def publish(js: JetStreamContext, event: JobStatusEvent, *, msg_id: str | None = None) -> None:
-    job = event.job
-    subject = job_subject(
-        cluster_id=job.cluster_id, namespace=job.namespace, kind_key=job.kind_key, name=job.name
-    )
-    await js.publish(
-        subject, wrap_job_event(event).to_json(), headers={"Nats-Msg-Id": msg_id or event.event_id}
-    )
+    await publish_job_event(js, event, msg_id=msg_id)
 
 
 async def migrated_engine(url: str) -> AsyncEngine:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import httpx
 import sqlalchemy as sa
@@ -85,3 +86,48 @@ async def _all_written(engine: AsyncEngine) -> bool:
 async def _fully_acked(js: object) -> bool:
     info = await js.consumer_info(PERSISTER_CONSUMER.stream, "persister")  # type: ignore[attr-defined]
     return bool(info.num_pending == 0 and info.num_ack_pending == 0)
+
+
+async def test_graceful_postgres_restart_only_delays_writes(
+    postgres_process: PostgresServer, nats_url: str
+) -> None:
+    """A restart (SIGTERM, start again on the same port), as an operator's upgrade or a failover
+    does: every pooled connection is closed by the server. The writes wait and then all land."""
+    events = [make_event(uid=f"r{j}", sequence=s, phase=p) for s, p in enumerate(PHASES) for j in range(JOBS)]
+    first_half, second_half = events[: len(events) // 2], events[len(events) // 2 :]
+    async with (
+        jetstream(nats_url) as js,
+        running_persister(
+            database_url=postgres_process.url,
+            nats_url=nats_url,
+            batch_size=25,
+            retry_initial_seconds=0.2,
+            retry_max_seconds=10.0,  # the shipped back-off
+        ) as app,  # fmt: skip
+    ):
+        engine: AsyncEngine = app.state.engine
+        client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://persister")
+        try:
+            for event in first_half:
+                await publish(js, event)
+            await eventually(lambda: _some_written(engine), timeout=20, message="writes under way")
+            postgres_process.stop()
+            for event in second_half:
+                await publish(js, event)
+            await eventually(lambda: not app.state.consumer.database_ok, message="outage noticed")
+            down = await client.get("/v1/jobs", headers={"Authorization": "Bearer viewer-token"})
+            assert down.status_code == 503, down.text  # never a 500 or a crash
+
+            postgres_process.start()
+            back = time.monotonic()
+            await eventually(lambda: _all_written(engine), timeout=60, message="every event written")
+            delay = time.monotonic() - back
+            await eventually(lambda: _fully_acked(js), timeout=20, message="every message acked")
+            print(f"persister: every write done {delay:.2f}s after PostgreSQL was back")
+            assert (await client.get("/readyz")).status_code == 200
+            assert app.state.tasks.crashes("persister-consumer") == 0
+            async with engine.connect() as conn:
+                history = (await conn.execute(sa.select(job_transitions.c.event_id))).scalars().all()
+            assert sorted(history) == sorted(e.event_id for e in events)
+        finally:
+            await client.aclose()

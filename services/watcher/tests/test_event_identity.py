@@ -242,7 +242,7 @@ async def test_an_id_taken_by_a_stale_owners_late_event_is_not_the_end_of_the_jo
         (1, "Running", False),  # the stale owner's event, which holds id 1
         (2, "Succeeded", True),
     ]
-    assert _metric(watcher, "trainwatch_event_id_conflicts_total") == 1
+    assert _metric(watcher, "trainwatch_watcher_event_id_conflicts_total") == 1
 
 
 def _condition(kind: str) -> dict[str, Any]:

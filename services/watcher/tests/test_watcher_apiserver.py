@@ -77,7 +77,10 @@ async def test_etcd_restored_under_a_running_watcher_is_detected_and_recovered(
         await eventually(
             lambda: (
                 _sample(
-                    watcher, "trainwatch_relists_total", kind="pytorchjob", reason="resource_version_ahead"
+                    watcher,
+                    "trainwatch_watcher_relists_total",
+                    kind="pytorchjob",
+                    reason="resource_version_ahead",
                 )
                 > 0
             ),
@@ -136,7 +139,9 @@ async def test_an_idle_watch_without_bookmarks_is_not_reconnected_before_its_tim
         watches = job_watches()
         await _no_change_within(1.5, watches, job_watches)
         assert (
-            _sample(watcher, "trainwatch_watch_reconnects_total", kind="pytorchjob", error="WatchStalled")
+            _sample(
+                watcher, "trainwatch_watcher_watch_reconnects_total", kind="pytorchjob", error="WatchStalled"
+            )
             == 0
         )
         # client-go's choice: a random timeoutSeconds in [w, 2w].
@@ -164,7 +169,10 @@ async def test_a_silent_partition_is_noticed_without_a_short_read_timeout(
         await eventually(
             lambda: (
                 _sample(
-                    watcher, "trainwatch_watch_reconnects_total", kind="pytorchjob", error="StreamAbandoned"
+                    watcher,
+                    "trainwatch_watcher_watch_reconnects_total",
+                    kind="pytorchjob",
+                    error="StreamAbandoned",
                 )
                 > 0
             ),
@@ -221,7 +229,10 @@ async def test_storage_initializing_is_the_expected_wait_not_a_failure(
         assert not [r for r in failed if "429" in str(getattr(r, "error", ""))], "a 429 logged as a failure"
         assert (
             _sample(
-                watcher, "trainwatch_watch_reconnects_total", kind="pytorchjob", error="StorageInitializing"
+                watcher,
+                "trainwatch_watcher_watch_reconnects_total",
+                kind="pytorchjob",
+                error="StorageInitializing",
             )
             == 0
         )

@@ -158,6 +158,10 @@ async def test_unreachable_cluster_is_reported_and_never_blocks_another(
         return bool(report and not report.reachable and report.last_error)
 
     await eventually(down_reported, message="unreachable cluster reported")
+    assert watcher.app is not None
+    reachable = watcher.app.metrics.cluster_reachable  # what the ClusterUnreachable alert reads
+    await eventually(lambda: reachable.labels("down")._value.get() == 0, message="down: reachable 0")
+    await eventually(lambda: reachable.labels("alpha")._value.get() == 1, message="alpha: reachable 1")
     driver = kubesim.ScenarioDriver(alpha, seed=2, rate=1000)
     await driver.run_lifecycle("JAXJob")
     await wait_for_truth(job_events, truth_by_uid(driver.truth), cluster_id="alpha")
@@ -165,6 +169,7 @@ async def test_unreachable_cluster_is_reported_and_never_blocks_another(
     await down.faults.accept_connections()  # retried with backoff: it comes back on its own
     await watcher.wait_synced("down", informers=ALL, timeout=10)
     await eventually(lambda: (r := health_events.last("down")) is not None and r.reachable)
+    await eventually(lambda: reachable.labels("down")._value.get() == 1, message="down: reachable 1 again")
 
 
 async def test_missing_crds_then_one_installed_later(

@@ -63,7 +63,7 @@ async def test_dropped_watches_resume_without_loss_or_repeat(
     await storm
     # Resumed from the last resourceVersion: every single transition, exactly once.
     await wait_for_truth(job_events, truth_by_uid(driver.truth))
-    assert _total(watcher, "trainwatch_watch_reconnects_total") > 0
+    assert _total(watcher, "trainwatch_watcher_watch_reconnects_total") > 0
 
 
 async def test_410_storm_relists_and_diffs_by_uid(
@@ -87,8 +87,8 @@ async def test_410_storm_relists_and_diffs_by_uid(
         return True
 
     await eventually(consistent, message="events consistent with the truth")
-    assert _total(watcher, "trainwatch_watch_expired_total") > 0
-    assert _total(watcher, "trainwatch_relists_total") > 0
+    assert _total(watcher, "trainwatch_watcher_watch_expired_total") > 0
+    assert _total(watcher, "trainwatch_watcher_relists_total") > 0
     # No event id was stored twice.
     ids = [e.event_id for e in job_events.events]
     assert len(ids) == len(set(ids))
@@ -164,7 +164,9 @@ async def test_malformed_objects_are_counted_and_skipped(
         "PyTorchJob",
         obj("wrong-types", status={"replicaStatuses": {"Worker": {"active": "3"}}, "startTime": 12}),
     )
-    await eventually(lambda: _counter(watcher, "trainwatch_malformed_objects_total", kind="pytorchjob") >= 3)
+    await eventually(
+        lambda: _counter(watcher, "trainwatch_watcher_malformed_objects_total", kind="pytorchjob") >= 3
+    )
     # The readable ones were published, the huge message trimmed.
     await eventually(
         lambda: (
@@ -211,7 +213,7 @@ async def test_publishing_waits_while_nats_is_down(
             await driver.run_lifecycle("TFJob", outcome="failed", delete=False)
             # Publishing is blocked: the publisher retries, and nothing is checkpointed meanwhile.
             await eventually(
-                lambda: _counter(watcher, "trainwatch_publish_retries_total") >= 2,
+                lambda: _counter(watcher, "trainwatch_watcher_publish_retries_total") >= 2,
                 message="publishes retried while NATS is down",
             )
             checkpointed = await redis.hkeys(state_key("alpha", "tfjob"))

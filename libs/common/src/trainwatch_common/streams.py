@@ -1,13 +1,26 @@
 """Every JetStream stream, KV bucket and durable consumer Trainwatch uses, in one place.
 
-Services call ``ensure_streams(js)`` at start-up: it creates what is missing and brings an
-existing stream's configuration up to date, so any number of replicas may call it at once.
+Services call ``ensure_streams(js)`` at start-up. What it does depends on
+``TRAINWATCH_MANAGE_STREAMS`` (StreamSettings.manage_streams):
+
+- true (the default, for ``make run`` and tests: every process reads one environment): it
+  creates what is missing and brings an existing stream's configuration up to date; any number
+  of replicas may call it at once;
+- false (every service but the one owner in the shipped deploy: the registry): it only waits
+  until every stream and the clusters bucket exist, logging which are missing and who creates
+  them, and warns about a stream whose configuration differs from this service's settings
+  without touching it. Two services that read different values (a config drift during a
+  rollout) therefore no longer take turns rewriting a stream's configuration.
+
+Each consuming service still creates its own durable consumer (``ensure_consumer``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
@@ -134,20 +147,91 @@ class StreamSettings(ServiceSettings):
         description="JOBS' Nats-Msg-Id de-duplication window; the chaos suite shortens it to "
         "reach the 'after the window' cases in minutes",
     )
+    manage_streams: bool = Field(
+        True,
+        description="Create and update the streams and the clusters bucket (true), or only wait "
+        "until they exist (false). The shipped deploy gives this role to the registry alone",
+    )
+    stream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="Copies JetStream keeps of every stream and of the clusters KV bucket: 1 for "
+        "one nats-server (local runs), 3 on a three-node cluster (the shipped deploy), so one "
+        "node lost loses nothing and stops nothing",
+    )
 
 
 def stream_configs(settings: StreamSettings | None = None) -> tuple[StreamConfig, ...]:
     """``ALL_STREAMS`` with the tunable values of ``settings`` (default: from the environment)."""
     settings = settings or StreamSettings()
     jobs = dataclasses.replace(JOBS_STREAM, duplicate_window=settings.jobs_duplicate_window_seconds)
-    return tuple(jobs if config is JOBS_STREAM else config for config in ALL_STREAMS)
+    return tuple(
+        dataclasses.replace(jobs if config is JOBS_STREAM else config, num_replicas=settings.stream_replicas)
+        for config in ALL_STREAMS
+    )
+
+
+def clusters_bucket_config(settings: StreamSettings | None = None) -> KeyValueConfig:
+    """``CLUSTERS_BUCKET`` with the replicas of ``settings`` (default: from the environment)."""
+    settings = settings or StreamSettings()
+    return dataclasses.replace(CLUSTERS_BUCKET, replicas=settings.stream_replicas)
 
 
 async def ensure_streams(js: JetStreamContext, settings: StreamSettings | None = None) -> None:
-    """Create or update every stream and the clusters KV bucket. Safe to call concurrently."""
+    """Create or update every stream and the clusters KV bucket (safe to call concurrently), or,
+    when this service does not manage streams, wait until they exist."""
+    settings = settings or StreamSettings()
+    if not settings.manage_streams:
+        await wait_for_streams(js, settings)
+        return
     for config in stream_configs(settings):
         await _ensure_stream(js, config)
-    await ensure_clusters_bucket(js)
+    await ensure_clusters_bucket(js, settings)
+
+
+STREAM_OWNER = "the registry, or any process with TRAINWATCH_MANAGE_STREAMS=true"
+
+
+async def wait_for_streams(
+    js: JetStreamContext, settings: StreamSettings, *, poll_seconds: float = 1.0, log_every: float = 30.0
+) -> None:
+    """Return once every stream and the clusters bucket exist; never creates or changes one."""
+    wanted = {config.name or "": config for config in stream_configs(settings)}
+    bucket_stream = f"KV_{CLUSTERS_BUCKET.bucket}"
+    last_log = -log_every
+    while True:
+        missing = []
+        for name in [*wanted, bucket_stream]:
+            try:
+                info = await js.stream_info(name)
+            except NotFoundError:
+                missing.append(name)
+                continue
+            if name in wanted:
+                _warn_on_drift(wanted[name], info.config)
+        if not missing:
+            return
+        if time.monotonic() - last_log >= log_every:
+            log.warning(
+                "waiting for JetStream streams to be created by their owner",
+                extra={"missing": missing, "owner": STREAM_OWNER},
+            )
+            last_log = time.monotonic()
+        await asyncio.sleep(poll_seconds)
+
+
+def _warn_on_drift(wanted: StreamConfig, actual: StreamConfig) -> None:
+    differences = {
+        field: {"stream": getattr(actual, field), "settings": getattr(wanted, field)}
+        for field in ("num_replicas", "duplicate_window", "max_age", "subjects")
+        if getattr(wanted, field) is not None and getattr(actual, field) != getattr(wanted, field)
+    }
+    if differences:
+        log.warning(
+            "stream configuration differs from this service's settings; left as its owner set it",
+            extra={"stream": wanted.name, "differences": differences, "owner": STREAM_OWNER},
+        )
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
@@ -164,11 +248,23 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig) -> None:
     await js.update_stream(config=config)
 
 
-async def ensure_clusters_bucket(js: JetStreamContext) -> KeyValue:
-    try:
+async def ensure_clusters_bucket(js: JetStreamContext, settings: StreamSettings | None = None) -> KeyValue:
+    """The clusters bucket; created if missing by a process that manages streams (a process that
+    does not gets an error while the bucket is missing: ``ensure_streams`` waits for it first)."""
+    settings = settings or StreamSettings()
+    if not settings.manage_streams:
         return await js.key_value(CLUSTERS_BUCKET.bucket)
+    try:
+        kv = await js.key_value(CLUSTERS_BUCKET.bucket)
     except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
-        return await js.create_key_value(config=CLUSTERS_BUCKET)
+        return await js.create_key_value(config=clusters_bucket_config(settings))
+    # An existing bucket keeps its values; only its replica count follows the settings.
+    stream = f"KV_{CLUSTERS_BUCKET.bucket}"
+    current = (await js.stream_info(stream)).config
+    if current.num_replicas != settings.stream_replicas:
+        await js.update_stream(config=dataclasses.replace(current, num_replicas=settings.stream_replicas))
+        log.info("clusters bucket replicas changed", extra={"replicas": settings.stream_replicas})
+    return kv
 
 
 async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:

@@ -65,6 +65,11 @@ class RulesSource:
             "rules loaded",
             extra={"path": str(self.path), "rules": len(ruleset.rules), "channels": sorted(ruleset.channels)},
         )
+        if ruleset.unconfigured_channels:
+            log.warning(
+                "channels without a url are not routed to",
+                extra={"channels": ruleset.unconfigured_channels},
+            )
         if self.on_change is not None:
             self.on_change(ruleset)
         return ruleset

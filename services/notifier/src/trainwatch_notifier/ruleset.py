@@ -185,6 +185,11 @@ class Ruleset(BaseModel):
     owners: dict[str, OwnerIds] = Field(default_factory=dict)
     channels: dict[str, ChannelConfig] = Field(default_factory=dict)
     rules: list[Rule] = Field(default_factory=list)
+    unconfigured_channels: list[str] = Field(
+        default_factory=list,
+        description="Channels left out because their url is empty (e.g. TRAINWATCH_FEISHU_WEBHOOK "
+        "unset in the deploy): nothing is routed to them; a rule with no other channel is left out too",
+    )
 
     @field_validator("channels")
     @classmethod
@@ -205,6 +210,37 @@ class Ruleset(BaseModel):
             if unknown:
                 raise ValueError(f"rule {rule.name!r} sends to undefined channels {unknown}")
         return self
+
+
+def _without_unconfigured_channels(raw: dict[str, Any]) -> dict[str, Any]:
+    """A channel whose url is empty after expansion means "no such route", not a bad file: the
+    shipped deploy leaves TRAINWATCH_FEISHU_WEBHOOK empty until an operator has a bot, and the
+    notifier must start (and be ready) with it. The channel and its mentions in rules are dropped
+    and named in ``unconfigured_channels``; a rule left without channels is dropped too."""
+    channels = raw.get("channels")
+    if not isinstance(channels, dict):
+        return raw
+    empty = sorted(
+        name
+        for name, config in channels.items()
+        if isinstance(config, dict) and isinstance(config.get("url"), str) and not config["url"].strip()
+    )
+    if not empty:
+        return raw
+    rules = []
+    for rule in raw.get("rules") or []:
+        if isinstance(rule, dict) and isinstance(rule.get("channels"), list):
+            kept = [name for name in rule["channels"] if name not in empty]
+            if not kept and rule["channels"]:
+                continue
+            rule = {**rule, "channels": kept}
+        rules.append(rule)
+    return {
+        **raw,
+        "channels": {name: config for name, config in channels.items() if name not in empty},
+        "rules": rules,
+        "unconfigured_channels": empty,
+    }
 
 
 def expand_env(value: Any, environ: dict[str, str] | os._Environ[str], where: str = "") -> Any:
@@ -238,7 +274,7 @@ def parse_ruleset(text: str, environ: dict[str, str] | None = None) -> Ruleset:
         raw = {}
     if not isinstance(raw, dict):
         raise RulesError("the rules file must be a YAML mapping")
-    expanded = expand_env(raw, os.environ if environ is None else environ)
+    expanded = _without_unconfigured_channels(expand_env(raw, os.environ if environ is None else environ))
     try:
         return Ruleset.model_validate(expanded)
     except ValidationError as exc:

@@ -16,12 +16,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import nats
 import sqlalchemy as sa
 import uvicorn
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import FastAPI
 from nats.aio.client import Client as NatsClient
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.observability.database import install_database_unavailable_handler
 from trainwatch_common.observability.health import health_routes
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import PERSISTER_CONSUMER
@@ -30,6 +30,7 @@ from trainwatch_persister import __version__, retention
 from trainwatch_persister.api.routes import jobs, stats
 from trainwatch_persister.consumer import Backoff, JobEventConsumer
 from trainwatch_persister.database import make_engine, safe_url
+from trainwatch_persister.job_gauge import JobGauge, report_consumer_pending
 from trainwatch_persister.migrate import migrate
 from trainwatch_persister.settings import PersisterSettings
 
@@ -61,12 +62,7 @@ def create_app(settings: PersisterSettings, *, tokens: ApiTokens | None = None) 
         health_routes({"database": _database_ready(app), "consumer": _consumer_ready(app)}, tasks=tasks)
     )
 
-    @app.exception_handler(sa.exc.DBAPIError)
-    @app.exception_handler(OSError)
-    async def database_unavailable(_: Request, exc: Exception) -> JSONResponse:
-        log.warning("query failed: database unavailable", extra={"error": repr(exc)})
-        return JSONResponse({"detail": "database unavailable, try again"}, status_code=503)
-
+    install_database_unavailable_handler(app, service="persister")
     return app
 
 
@@ -113,6 +109,10 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
             consumer = JobEventConsumer(js=js, engine=engine, settings=settings)
             app.state.consumer = consumer
             tasks.start("persister-consumer", consumer.run)
+            interval = settings.jobs_gauge_interval_seconds
+            tasks.start("persister-consumer-pending", lambda: report_consumer_pending(js, interval))
+        job_gauge = JobGauge(engine)
+        tasks.start("persister-jobs-gauge", lambda: job_gauge.run(settings.jobs_gauge_interval_seconds))
         if settings.retention_days > 0:
 
             async def pruning() -> None:

@@ -35,3 +35,14 @@ BATCH_SIZE = Histogram(
 )
 PRUNED = Counter("trainwatch_persister_pruned_rows_total", "Rows deleted by retention", ["table"])
 DATABASE_UP = Gauge("trainwatch_persister_database_up", "1 when the last database operation succeeded")
+JOBS_BY_PHASE = Gauge(
+    "trainwatch_persister_jobs",
+    "Jobs not deleted from their cluster, by cluster, kind and phase, as stored (refreshed every "
+    "TRAINWATCH_JOBS_GAUGE_INTERVAL_SECONDS; every replica reports the same: aggregate with max)",
+    ["cluster", "kind", "phase"],
+)
+CONSUMER_PENDING = Gauge(
+    "trainwatch_persister_consumer_pending",
+    "Job events in JOBS not yet written and acked by the persisters (the durable consumer's pending "
+    "plus ack-pending; every replica reports the same: aggregate with max)",
+)

@@ -29,3 +29,6 @@ class PersisterSettings(ServiceSettings):
         90.0, ge=0, description="Transitions and deleted jobs older than this are pruned (0 = keep forever)"
     )
     prune_interval_seconds: float = Field(3600.0, gt=0, description="How often the pruning task runs")
+    jobs_gauge_interval_seconds: float = Field(
+        15.0, gt=0, description="How often trainwatch_persister_jobs{cluster,kind,phase} is read from SQL"
+    )

@@ -8,6 +8,7 @@ via uvicorn): the tasks are stopped newest first, the engine disposed.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -17,9 +18,14 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from redis.asyncio import Redis
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.observability.database import (
+    database_unavailable,
+    install_database_unavailable_handler,
+)
 from trainwatch_common.observability.health import health_routes
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
@@ -96,6 +102,22 @@ def intake_policy(settings: RegistrySettings) -> IntakePolicy:
     )
 
 
+async def _migrate_when_reachable(engine: AsyncEngine) -> None:
+    """The schema first; a database that is not up yet (a restart, compose starting everything
+    at once) is waited for with back-off instead of crash-looping the registry."""
+    delay = 0.2
+    while True:
+        try:
+            await upgrade_to_head(engine)
+            return
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            log.warning("database not reachable for migrations; retrying", extra={"error": repr(exc)[:300]})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+
+
 def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -> FastAPI:
     tasks = ServiceTasks()
 
@@ -106,7 +128,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
         engine = create_engine(settings.registry_database_url)
         try:
             if settings.registry_migrate_on_start:
-                await upgrade_to_head(engine)
+                await _migrate_when_reachable(engine)
             instance = settings.instance_id or f"{socket.gethostname()}-{os.getpid()}"
             bus = Bus(
                 settings.nats_servers(), name=f"trainwatch-registry {instance}", auth=settings.nats_auth()
@@ -162,6 +184,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
     app.state.services = None
     app.state.tasks = tasks
     install_error_handlers(app)
+    install_database_unavailable_handler(app, service="registry")
     app.include_router(clusters.router)
 
     async def database_ready() -> bool:

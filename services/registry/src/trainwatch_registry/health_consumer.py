@@ -21,6 +21,7 @@ from sqlalchemy import exc as sql_errors
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import ClusterHealth, ensure_consumer, parse_cluster_health
+from trainwatch_common.observability.database import database_unavailable
 from trainwatch_common.streams import REGISTRY_HEALTH_CONSUMER
 from trainwatch_registry import repository
 from trainwatch_registry.bus import Bus, reraise_if_cancelling
@@ -87,13 +88,36 @@ class HealthConsumer:
                 await message.term()
         now = datetime.now(UTC)
         try:
-            await self._record(reports, received_at=now)  # one transaction: the usual case
-        except UNAVAILABLE:
-            raise
-        except Exception:
+            await self._record_when_reachable(reports, received_at=now)  # one transaction: the usual case
+        except Exception as exc:
+            if isinstance(exc, UNAVAILABLE):
+                raise
             # One report in the batch is refused: record them one at a time, so only it is lost.
             for report in reports:
                 await self._record_or_drop(report, received_at=now)
+
+    async def _record_when_reachable(
+        self, reports: list[tuple[Msg, ClusterHealth]], *, received_at: datetime
+    ) -> None:
+        """Record, waiting out a database that is away (a restart, a failover) with the messages
+        held in progress: given up, they would come back only after the consumer's ack wait."""
+        delay = 0.2
+        while True:
+            try:
+                await self._record(reports, received_at=received_at)
+                return
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise
+                reraise_if_cancelling()
+                log.warning(
+                    "database unavailable; health reports held",
+                    extra={"error": repr(exc)[:300], "retry_in": delay},
+                )
+            for message, _ in reports:
+                await message.in_progress()  # NATS away too: the error ends this subscription
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     async def _record(self, reports: list[tuple[Msg, ClusterHealth]], *, received_at: datetime) -> None:
         outcomes = []
@@ -109,7 +133,7 @@ class HealthConsumer:
     async def _record_or_drop(self, report: tuple[Msg, ClusterHealth], *, received_at: datetime) -> None:
         message, health = report
         try:
-            await self._record([report], received_at=received_at)
+            await self._record_when_reachable([report], received_at=received_at)
         except UNAVAILABLE:
             raise
         except Exception as exc:  # this report's fault: redelivering it would fail the same way

@@ -90,21 +90,25 @@ class ClaimMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.owned_clusters = Gauge(
-            "trainwatch_owned_clusters", "Clusters whose lease this replica holds", registry=r
+            "trainwatch_watcher_owned_clusters", "Clusters whose lease this replica holds", registry=r
         )
-        self.quota = Gauge("trainwatch_cluster_quota", "Clusters this replica should hold", registry=r)
-        self.live_replicas = Gauge("trainwatch_live_replicas", "Watcher replicas heartbeating", registry=r)
+        self.quota = Gauge(
+            "trainwatch_watcher_cluster_quota", "Clusters this replica should hold", registry=r
+        )
+        self.live_replicas = Gauge(
+            "trainwatch_watcher_live_replicas", "Watcher replicas heartbeating", registry=r
+        )
         self.lease_renew_failures = Counter(
-            "trainwatch_lease_renew_failures",
+            "trainwatch_watcher_lease_renew_failures",
             "Lease renewals that failed: error (Redis unreachable or slow), lost (someone else holds it)",
             ["reason"],
             registry=r,
         )
         self.lease_acquisitions = Counter(
-            "trainwatch_lease_acquisitions", "Leases acquired (each with a new epoch)", registry=r
+            "trainwatch_watcher_lease_acquisitions", "Leases acquired (each with a new epoch)", registry=r
         )
         self.clusters_released = Counter(
-            "trainwatch_clusters_given_up",
+            "trainwatch_watcher_clusters_given_up",
             "Clusters stopped, by reason: handoff, removed, lost, deadline, shutdown, failed",
             ["reason"],
             registry=r,

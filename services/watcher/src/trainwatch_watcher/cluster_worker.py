@@ -155,6 +155,8 @@ class ClusterWorker:
     def stopped(self) -> None:
         with contextlib.suppress(KeyError):
             self._deps.metrics.watch_lag.remove(self.spec.id)
+        with contextlib.suppress(KeyError):
+            self._deps.metrics.cluster_reachable.remove(self.spec.id)
         self._deps.health.forget(self.spec.id)
 
     # -- running ------------------------------------------------------------------------------
@@ -339,6 +341,7 @@ class ClusterWorker:
         lag = health.watch_lag_seconds
         if lag is not None:
             self._deps.metrics.watch_lag.labels(self.spec.id).set(lag)
+        self._deps.metrics.cluster_reachable.labels(self.spec.id).set(1 if health.reachable else 0)
         key = (
             health.reachable,
             tuple(health.kinds_served),

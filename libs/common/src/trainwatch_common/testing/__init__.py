@@ -5,6 +5,7 @@ Service code never imports this package (an import-linter contract forbids it).
 
 from trainwatch_common.testing.servers import (
     ExternalServer,
+    NatsCluster,
     NatsServer,
     PostgresServer,
     RedisServer,
@@ -15,6 +16,7 @@ from trainwatch_common.testing.waiting import eventually
 
 __all__ = [
     "ExternalServer",
+    "NatsCluster",
     "NatsServer",
     "PostgresServer",
     "RedisServer",

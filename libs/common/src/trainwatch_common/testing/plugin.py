@@ -24,6 +24,7 @@ import pytest
 from trainwatch_common.testing.containers import container_url
 from trainwatch_common.testing.servers import (
     ExternalServer,
+    NatsCluster,
     NatsServer,
     PostgresServer,
     RedisServer,
@@ -77,6 +78,43 @@ def nats_url(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     with _process_or_container(request, "nats_process", "nats") as url:
         yield url
+
+
+@pytest.fixture
+async def nats_cluster(tmp_path: Path) -> AsyncIterator[NatsCluster]:
+    """A three-node JetStream cluster of real nats-server processes on loopback, its meta leader
+    elected and every peer known (an R3 stream can be placed). The test may kill and start any node."""
+    cluster = NatsCluster(tmp_path / "nats-cluster")
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, cluster.start)
+        _versions.setdefault("nats", server_version(cluster.nodes[0]))
+        await _wait_for_meta_leader(cluster.url)
+        yield cluster
+    finally:
+        cluster.close()
+
+
+async def _wait_for_meta_leader(url: str, timeout: float = 30.0) -> None:
+    import nats
+    from nats.js.errors import APIError
+
+    client = await nats.connect(url.split(","))
+    try:
+        js = client.jetstream(timeout=2)
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            try:  # a probe stream on every node: the meta leader is elected and knows all peers
+                await js.add_stream(
+                    name="TRAINWATCH_CLUSTER_PROBE", subjects=["trainwatch.probe"], num_replicas=3
+                )
+                await js.delete_stream("TRAINWATCH_CLUSTER_PROBE")
+                return
+            except (APIError, TimeoutError, nats.errors.Error):  # no meta leader or not all peers yet
+                if asyncio.get_running_loop().time() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+    finally:
+        await client.close()
 
 
 async def _delete_all_streams(url: str) -> None:

@@ -185,16 +185,100 @@ def nats_server_binary() -> str:
 
 
 class NatsServer(ServerProcess):
+    """``config`` (nats-server configuration text: TLS, users, accounts) is written to the
+    server's own ``nats.conf``; the listen address, port and JetStream store stay the harness's."""
+
     name = "nats"
     ready_text = "Server is ready"
 
+    def __init__(self, *, workdir: Path | None = None, port: int | None = None, config: str = "") -> None:
+        super().__init__(workdir=workdir, port=port)
+        self.config = config
+
     def command(self) -> list[str]:
         store = self.workdir / "jetstream"
-        return [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        command = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(store)]
+        if self.config:
+            config_file = self.workdir / "nats.conf"
+            config_file.write_text(self.config)
+            command += ["-c", str(config_file)]
+        return command
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
+
+
+class NatsClusterNode(NatsServer):
+    """One node of a JetStream cluster: its own config file, client port, route port and store.
+
+    ``extra_config`` is appended to the node's configuration (TLS, accounts, ...)."""
+
+    ready_text = "Server is ready"
+
+    def __init__(
+        self, *, workdir: Path, server_name: str, cluster_port: int, routes: list[int], extra_config: str = ""
+    ) -> None:
+        super().__init__(workdir=workdir, config=extra_config)
+        self.server_name = server_name
+        self.cluster_port = cluster_port
+        self.routes = routes
+        self.extra_config = extra_config
+
+    def prepare(self) -> None:
+        routes = ", ".join(f"nats-route://127.0.0.1:{port}" for port in self.routes)
+        (self.workdir / "nats.conf").write_text(
+            f"""server_name: {self.server_name}
+listen: 127.0.0.1:{self.port}
+jetstream {{ store_dir: "{self.workdir / "jetstream"}" }}
+cluster {{
+  name: trainwatch-test
+  listen: 127.0.0.1:{self.cluster_port}
+  routes: [{routes}]
+}}
+{self.extra_config}
+"""
+        )
+
+    def command(self) -> list[str]:
+        return [nats_server_binary(), "-c", str(self.workdir / "nats.conf")]
+
+
+class NatsCluster:
+    """Three (or ``size``) nats-server processes forming one JetStream cluster on loopback.
+
+    Each node can be killed (SIGKILL) and started again on its ports, as a crashed or rolled pod.
+    ``url`` names every node, comma separated, the way ``TRAINWATCH_NATS_URL`` takes them.
+    """
+
+    def __init__(self, workdir: Path, *, size: int = 3, extra_config: str = "") -> None:
+        cluster_ports = [free_port() for _ in range(size)]
+        self.nodes = [
+            NatsClusterNode(
+                workdir=workdir / f"n{index + 1}",
+                server_name=f"n{index + 1}",
+                cluster_port=cluster_ports[index],
+                routes=[port for other, port in enumerate(cluster_ports) if other != index],
+                extra_config=extra_config,
+            )
+            for index in range(size)
+        ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(node.url for node in self.nodes)
+
+    def node(self, server_name: str) -> NatsClusterNode:
+        return next(node for node in self.nodes if node.server_name == server_name)
+
+    def start(self) -> None:
+        for node in self.nodes:
+            node.workdir.mkdir(parents=True, exist_ok=True)
+            node.start()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
 
 
 class RedisServer(ServerProcess):

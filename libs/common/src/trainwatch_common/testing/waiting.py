@@ -6,18 +6,30 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
 
+@overload
 async def eventually(
-    condition: Callable[[], T | Awaitable[T]],
+    condition: Callable[[], Awaitable[T]], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
+
+
+@overload
+async def eventually(
+    condition: Callable[[], T], *, timeout: float = ..., interval: float = ..., message: str = ...
+) -> T: ...
+
+
+async def eventually(
+    condition: Callable[[], Any],
     *,
     timeout: float = 10.0,
     interval: float = 0.02,
     message: str = "condition",
-) -> T:
+) -> Any:
     """Poll ``condition`` until it returns something truthy (and return it), or fail after ``timeout``.
 
     An exception from the condition counts as "not yet"; the last one is chained into the failure.

@@ -15,7 +15,12 @@ from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name, restart_in_progress
 from trainwatch_watcher.kinds.fields import count, flag, optional_count, parse_time
 from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus, replica_counts
-from trainwatch_watcher.kinds.objects import JobObject, kueue_waiting, read_object, true_condition
+from trainwatch_watcher.kinds.objects import (
+    JobObject,
+    held_by_suspension,
+    read_object,
+    true_condition,
+)
 
 ROLE = "pods"
 RESTART_SOURCE = HEURISTIC_SOURCE_PREFIX + "status.failed"
@@ -67,17 +72,8 @@ def normalize(
     if (condition := true_condition(conditions, "SuccessCriteriaMet")) is not None:
         return result(Phase.SUCCEEDED, sub_phase=SubPhase.FINISHING, condition=condition)
 
-    suspended = true_condition(conditions, "Suspended")
-    # spec.suspend also counts, so a Kueue job is Queued before the controller adds the condition.
-    if kueue_waiting(job, suspended is not None or flag(job.spec, "suspend")):
-        return result(
-            Phase.PENDING,
-            sub_phase=SubPhase.QUEUED,
-            condition=suspended,
-            source=None if suspended is not None else "spec.suspend",
-        )
-    if suspended is not None:
-        return result(Phase.SUSPENDED, condition=suspended)
+    if (held := held_by_suspension(job, conditions, suspend_requested=flag(job.spec, "suspend"))) is not None:
+        return result(held.phase, sub_phase=held.sub_phase, condition=held.condition, source=held.source)
 
     if restart_in_progress(failed, previous, _all_pods_up(job, active, ready, succeeded, parallelism)):
         return result(

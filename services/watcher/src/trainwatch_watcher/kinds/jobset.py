@@ -29,7 +29,7 @@ from trainwatch_watcher.kinds.objects import (
     Condition,
     JobObject,
     has_condition,
-    kueue_waiting,
+    held_by_suspension,
     read_object,
     true_condition,
 )
@@ -153,16 +153,8 @@ def normalize(
         # A terminal state this code does not know (or not a string): the outcome is unknown.
         return result(Phase.UNKNOWN, source=f"terminalState:{terminal_state}")
 
-    suspended = true_condition(conditions, "Suspended")
-    if kueue_waiting(job, suspended is not None or flag(job.spec, "suspend")):
-        return result(
-            Phase.PENDING,
-            sub_phase=SubPhase.QUEUED,
-            condition=suspended,
-            source=None if suspended is not None else "spec.suspend",
-        )
-    if suspended is not None:
-        return result(Phase.SUSPENDED, condition=suspended)
+    if (held := held_by_suspension(job, conditions, suspend_requested=flag(job.spec, "suspend"))) is not None:
+        return result(held.phase, sub_phase=held.sub_phase, condition=held.condition, source=held.source)
     if restarts.in_progress(previous):
         return result(
             Phase.RESTARTING,

@@ -25,7 +25,7 @@ from trainwatch_watcher.kinds.objects import (
     KUEUE_QUEUE_LABEL,
     Condition,
     JobObject,
-    kueue_waiting,
+    held_by_suspension,
     podgroup_phase,
     read_object,
     true_condition,
@@ -116,19 +116,20 @@ def outcome_or_hold(view: KubeflowView, restart_count: int, restart_counter: int
             restart_counter=restart_counter,
             queue=view.queue,
         )
-    suspended = true_condition(view.conditions, "Suspended")
-    if kueue_waiting(view.job, suspended is not None or view.suspend_requested):
-        phase, sub_phase = Phase.PENDING, SubPhase.QUEUED
-    elif suspended is not None:
-        phase, sub_phase = Phase.SUSPENDED, None
-    else:
+    held = held_by_suspension(
+        view.job,
+        view.conditions,
+        suspend_requested=view.suspend_requested,
+        spec_field="spec.runPolicy.suspend",
+    )
+    if held is None:
         return None
     return make_status(
         view.job,
-        phase,
-        sub_phase=sub_phase,
-        condition=suspended,
-        source=None if suspended is not None else "spec.runPolicy.suspend",
+        held.phase,
+        sub_phase=held.sub_phase,
+        condition=held.condition,
+        source=held.source,
         started_at=view.started_at,
         replicas=view.replicas,
         restart_count=restart_count,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds.fields import mapping_field, mapping_items, parse_time, text
 from trainwatch_watcher.kinds.model import MalformedObject
 
@@ -117,6 +118,35 @@ def kueue_waiting(job: JobObject, suspended: bool) -> bool:
     A Kueue job a user deactivates also looks like this; it is reported as Queued too.
     """
     return suspended and job.kueue_queue is not None
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """A job held back by suspension: Pending/Queued when Kueue holds it, else Suspended."""
+
+    phase: Phase
+    sub_phase: SubPhase | None
+    condition: Condition | None
+    source: str | None
+
+
+def held_by_suspension(
+    job: JobObject,
+    conditions: Sequence[Condition],
+    *,
+    suspend_requested: bool,
+    spec_field: str = "spec.suspend",
+) -> Held | None:
+    """The rung every kind with a ``Suspended`` condition shares, after its terminal rows.
+
+    The suspend request in the spec counts too, so a Kueue job is Queued before its controller
+    writes the condition; ``source`` then names that field."""
+    suspended = true_condition(conditions, "Suspended")
+    if kueue_waiting(job, suspended is not None or suspend_requested):
+        return Held(Phase.PENDING, SubPhase.QUEUED, suspended, None if suspended is not None else spec_field)
+    if suspended is not None:
+        return Held(Phase.SUSPENDED, None, suspended, None)
+    return None
 
 
 def podgroup_phase(related: object) -> str | None:

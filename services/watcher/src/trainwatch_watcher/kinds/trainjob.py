@@ -17,7 +17,7 @@ from trainwatch_watcher.kinds import jobset
 from trainwatch_watcher.kinds.common_rules import make_status, queue_name
 from trainwatch_watcher.kinds.fields import flag
 from trainwatch_watcher.kinds.model import HEURISTIC_SOURCE_PREFIX, NormalizedStatus
-from trainwatch_watcher.kinds.objects import kueue_waiting, read_object, true_condition
+from trainwatch_watcher.kinds.objects import held_by_suspension, read_object, true_condition
 
 # Steps of the built-in runtimes that run the training itself (torch/jax: node; MPI: launcher too).
 TRAINER_STEPS = frozenset({"node", "launcher"})
@@ -60,16 +60,8 @@ def normalize(
         return result(
             Phase.SUCCEEDED, terminal=True, condition=condition, finished_at=condition.last_transition_time
         )
-    suspended = true_condition(conditions, "Suspended")
-    if kueue_waiting(job, suspended is not None or flag(job.spec, "suspend")):
-        return result(
-            Phase.PENDING,
-            sub_phase=SubPhase.QUEUED,
-            condition=suspended,
-            source=None if suspended is not None else "spec.suspend",
-        )
-    if suspended is not None:
-        return result(Phase.SUSPENDED, condition=suspended)
+    if (held := held_by_suspension(job, conditions, suspend_requested=flag(job.spec, "suspend"))) is not None:
+        return result(held.phase, sub_phase=held.sub_phase, condition=held.condition, source=held.source)
 
     if companion is not None and companion.in_progress(previous):
         flag_condition = companion.flag
