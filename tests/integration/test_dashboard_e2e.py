@@ -167,6 +167,15 @@ class System:
 
 @pytest.fixture
 async def system(nats_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator[System]:
+    async with start_system(nats_url, redis_url, tmp_path) as started:
+        yield started
+
+
+@contextlib.asynccontextmanager
+async def start_system(
+    nats_url: str, redis_url: str, tmp_path: Path, **dashboard_env: str
+) -> AsyncIterator[System]:
+    """Every process of the system; ``dashboard_env`` adds TRAINWATCH_* settings of the dashboard."""
     missing = _missing_prerequisites()
     if missing:
         pytest.skip(f"the end-to-end test needs: {', '.join(missing)}")
@@ -224,6 +233,7 @@ async def system(nats_url: str, redis_url: str, tmp_path: Path) -> AsyncIterator
             "dashboard", "trainwatch_dashboard",
             TRAINWATCH_HTTP_PORT=str(ports["dashboard"]),
             TRAINWATCH_DASHBOARD_API_TOKEN=VIEWER,
+            **dashboard_env,
         )  # fmt: skip
         for url in (f"{registry}/healthz", f"{query}/healthz", f"{dashboard}/readyz"):
             await wait_healthy(stack, url)

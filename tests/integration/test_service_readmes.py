@@ -27,7 +27,9 @@ def listed_in_readme(service: str) -> set[str]:
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_the_module_table_lists_every_module_and_nothing_else(service: str) -> None:
-    assert listed_in_readme(service) == modules_of(service)
+    listed, present = listed_in_readme(service), modules_of(service)
+    assert sorted(present - listed) == [], f"services/{service}/README.md: add these to its module table"
+    assert sorted(listed - present) == [], f"services/{service}/README.md lists modules that do not exist"
 
 
 def test_every_service_is_checked() -> None:

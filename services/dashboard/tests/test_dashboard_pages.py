@@ -7,7 +7,9 @@ MockTransport answers in their documented shapes so each page's behaviour is che
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
@@ -121,6 +123,25 @@ current-context: second
 """
 
 
+AGGREGATES = {
+    "breakdown": {
+        "total": 5, "by_phase": {"Running": 3, "Failed": 2}, "by_cluster": {"sim-a": 4, "sim-gone": 1},
+        "by_namespace": [{"cluster_id": "sim-a", "namespace": "team-a", "count": 4}],
+    },
+    "activity": {
+        "since": "2026-11-29T00:00:00Z", "until": "2026-11-30T00:00:00Z", "bucket_seconds": 3600,
+        "failures": [{"start": "2026-11-29T14:00:00Z", "count": 2}],
+        "running": [{"start": "2026-11-29T14:00:00Z", "count": 3}],
+    },
+    "durations": {
+        "since": "2026-11-29T00:00:00Z",
+        "queue_wait": {"edges_seconds": [10, 60], "counts": [1, 2, 0], "total": 3},
+        "run_time": {"edges_seconds": [10, 60], "counts": [0, 1, 1], "total": 2},
+    },
+    "failure-reasons": {"since": "2026-11-29T00:00:00Z", "reasons": [{"reason": "OOMKilled", "count": 2}]},
+}  # fmt: skip
+
+
 class Stand:
     """Records every request and answers like the registry and the query API."""
 
@@ -149,6 +170,13 @@ class Stand:
                         "by_phase": {},
                         "by_cluster_phase": rows,
                     },
+                )
+            if path.startswith("/v1/stats/"):
+                return httpx.Response(200, json=AGGREGATES[path.removeprefix("/v1/stats/")])
+            if path == "/v1/jobs/export":
+                body = "cluster_id,name\r\nsim-a,train-resnet\r\n"
+                return httpx.Response(
+                    200, text=body, headers={"content-type": "text/csv", "x-total-count": "1"}
                 )
             return httpx.Response(404, json={"detail": "no such job"})
         token = request.headers.get("authorization", "").removeprefix("Bearer ")
@@ -226,7 +254,13 @@ async def test_jobs_page_lists_jobs_with_filters_passed_to_the_query_api(
     assert "phase-running" in response.text
     assert "cursor=c2" in response.text  # the next page link carries the keyset cursor
     query = next(r for r in stand.requests if r.url.path == "/v1/jobs")
-    assert dict(query.url.params) == {"cluster": "sim-a", "phase": "Running", "name": "res", "limit": "50"}
+    assert dict(query.url.params) == {
+        "cluster": "sim-a",
+        "phase": "Running",
+        "name": "res",
+        "deleted": "false",
+        "limit": "50",
+    }  # fmt: skip  (deleted jobs are hidden unless the page asks for them)
     assert query.headers["authorization"] == f"Bearer {VIEWER}"
     assert VIEWER not in response.text
 
@@ -417,3 +451,98 @@ async def test_backends_down_show_a_banner_not_a_500() -> None:
     assert clusters.status_code == 200
     assert "not answering" in clusters.text
     assert ready.status_code == 503
+
+
+async def test_the_landing_page_is_the_overview(client: httpx.AsyncClient) -> None:
+    response = await client.get("/", follow_redirects=False)
+    assert response.headers["location"] == "/overview"
+
+
+async def test_overview_shows_counts_and_chart_data_for_the_filters(
+    client: httpx.AsyncClient, stand: Stand
+) -> None:
+    response = await client.get("/overview", params={"cluster": "sim-a", "hours": "72"})
+    assert response.status_code == 200
+    text = response.text
+    assert 'data-phase="Running" data-count="3"' in text
+    assert "team-a" in text
+    assert "OOMKilled" in text
+    assert '<script type="application/json" id="overview-data">' in text
+    assert "/static/vendor/chartjs/chart.umd.min.js" in text
+    # sim-gone is not registered: its jobs are no longer tracked
+    assert "No longer tracked" in text
+    asked = {r.url.path: dict(r.url.params) for r in stand.requests if r.url.path.startswith("/v1/stats/")}
+    assert asked["/v1/stats/activity"] == {"cluster": "sim-a", "hours": "72"}
+    assert asked["/v1/stats/breakdown"] == {"cluster": "sim-a"}
+    zh = (await client.get("/overview?lang=zh-CN")).text
+    assert "每小时失败数" in zh
+    assert "概览" in zh
+
+
+async def test_a_quiet_healthy_cluster_is_up_to_date_not_41_s_behind(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: "watch lag" showed 30-41 s on healthy quiet clusters: that was the time since the
+    last event, which grows with the quiet. A fresh report with every kind watching is up to date."""
+    now = datetime.now(UTC).isoformat()
+    kinds = {
+        "pytorchjob": {"state": "watching"},
+        "job": {"state": "watching"},
+        "mpijob": {"state": "not_installed"},
+    }
+    health = {**CLUSTER["health"], "watch_lag_seconds": 41.0, "observed_at": now, "kinds": kinds}
+    monkeypatch.setitem(CLUSTER, "health", health)
+    text = (await client.get("/clusters")).text
+    lag = re.search(r'<dd data-field="lag"[^>]*>(.*?)</dd>', text, re.S)
+    assert lag is not None
+    assert 'data-state="up_to_date"' in lag.group(0)
+    assert lag.group(1).startswith("Up to date")
+    assert "last event or bookmark 41s ago" in lag.group(1)  # still told, but not as a lag
+    # a kind still listing is catching up; a report older than 90 s is stale
+    monkeypatch.setitem(CLUSTER, "health", {**health, "kinds": {**kinds, "job": {"state": "starting"}}})
+    assert 'data-state="catching_up"' in (await client.get("/clusters")).text
+    old = (datetime.now(UTC) - timedelta(minutes=5)).isoformat()
+    monkeypatch.setitem(CLUSTER, "health", {**health, "observed_at": old})
+    assert 'data-state="stale"' in (await client.get("/clusters")).text
+
+
+async def test_a_removed_clusters_running_jobs_are_no_longer_tracked(
+    client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: a removed cluster's jobs stayed "Running" forever."""
+    monkeypatch.setitem(JOB, "cluster_id", "sim-gone")
+    text = (await client.get("/jobs")).text
+    assert "No longer tracked" in text
+    assert 'data-phase="Running"' not in text
+    job_page = (await client.get("/jobs/sim-a/uid-1")).text  # the stand answers with the moved JOB
+    assert 'id="job-untracked"' in job_page
+    assert "已不再跟踪" in (await client.get("/jobs?lang=zh-CN")).text
+
+
+async def test_jobs_list_columns_and_deleted_toggle(client: httpx.AsyncClient, stand: Stand) -> None:
+    text = (await client.get("/jobs")).text
+    assert '<time class="local-time" datetime="2026-11-29T15:00:05Z"' in text  # UTC fallback, local by script
+    assert 'title="2026-11-29 15:00:05 UTC"' in text
+    assert '<td class="cell-replicas nowrap">2/2</td>' in text  # ready unknown: active of desired
+    assert 'data-page-size="50"' in text
+    table = text[text.index('id="jobs-table"') :]
+    head, row = table.split("</thead>", 1)
+    assert head.count("<th>") == row.split("</tr>", 1)[0].count("<td")  # every column has its cell
+    assert "<td>alice</td>" in row
+    await client.get("/jobs", params={"deleted": "include"})
+    asked = [dict(r.url.params) for r in stand.requests if r.url.path == "/v1/jobs"]
+    assert asked[0]["deleted"] == "false"
+    assert "deleted" not in asked[1]
+
+
+async def test_export_streams_the_filtered_jobs_from_the_query_api(
+    client: httpx.AsyncClient, stand: Stand
+) -> None:
+    response = await client.get("/jobs/export.csv", params={"cluster": "sim-a"})
+    assert response.status_code == 200
+    assert response.text.startswith("cluster_id,name")
+    assert response.headers["x-total-count"] == "1"
+    assert "attachment" in response.headers["content-disposition"]
+    asked = next(r for r in stand.requests if r.url.path == "/v1/jobs/export")
+    assert dict(asked.url.params) == {"cluster": "sim-a", "deleted": "false", "format": "csv"}
+    assert (await client.get("/jobs/export.xlsx")).status_code == 404

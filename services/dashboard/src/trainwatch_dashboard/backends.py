@@ -13,7 +13,8 @@ Errors form a small tree so a page can say plainly what went wrong::
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -201,6 +202,28 @@ class QueryClient(_Backend):
     async def stats(self) -> Json:
         body = await self._request("GET", "/v1/stats")
         return body if isinstance(body, dict) else {}
+
+    async def aggregate(self, name: str, params: Mapping[str, Any]) -> Json:
+        """One of the overview's aggregates: breakdown, activity, durations, failure-reasons."""
+        body = await self._request("GET", f"/v1/stats/{_segment(name)}", params=params)
+        return body if isinstance(body, dict) else {}
+
+    @contextlib.asynccontextmanager
+    async def export(self, params: Mapping[str, Any]) -> AsyncIterator[httpx.Response]:
+        """The export's streamed response (CSV or JSON), open for the duration of the block."""
+        clean = {k: v for k, v in params.items() if v not in (None, "", [])}
+        try:
+            async with self._client.stream("GET", "/v1/jobs/export", params=clean) as response:
+                if response.status_code >= 400:
+                    await response.aread()
+                    try:
+                        body: Any = response.json()
+                    except ValueError:
+                        body = response.text[:500]
+                    raise BackendRefused(self.service, response.status_code, problems_of(body))
+                yield response
+        except httpx.TransportError as exc:
+            raise BackendUnavailable(self.service, type(exc).__name__) from exc
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Depends, Request
@@ -32,7 +33,48 @@ def backend_problem(request: Request, exc: BackendError) -> str:
 @router.get("/", include_in_schema=False)
 async def home(request: Request) -> Response:
     suffix = f"?lang={request.query_params['lang']}" if "lang" in request.query_params else ""
-    return RedirectResponse(f"/jobs{suffix}", status_code=303)
+    return RedirectResponse(f"/overview{suffix}", status_code=303)
+
+
+OVERVIEW_FILTERS = ("cluster", "namespace", "kind", "owner")
+OVERVIEW_HOURS = (6, 24, 72, 168)
+AGGREGATES = ("breakdown", "activity", "durations", "failure-reasons")
+
+
+@router.get("/overview", response_class=HTMLResponse)
+async def overview_page(request: Request) -> HTMLResponse:
+    """Counts per phase, cluster and namespace, and the charts, for the page's filters."""
+    ui = ui_of(request)
+    params = request.query_params
+    filters = {k: params[k].strip() for k in OVERVIEW_FILTERS if params.get(k, "").strip()}
+    hours = int(params["hours"]) if params.get("hours", "").isdigit() else 24
+    hours = hours if hours in OVERVIEW_HOURS else 24
+    query = {**filters, "hours": hours}
+    outcomes = await asyncio.gather(
+        ui.backends.query.aggregate("breakdown", filters),
+        *(ui.backends.query.aggregate(name, query) for name in AGGREGATES[1:]),
+        ui.backends.registry.list_clusters(),
+        return_exceptions=True,
+    )
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException) and not isinstance(outcome, BackendError):
+            raise outcome
+    problem = next((backend_problem(request, o) for o in outcomes[:4] if isinstance(o, BackendError)), None)
+    breakdown, activity, durations, reasons = (o if isinstance(o, dict) else {} for o in outcomes[:4])
+    clusters = outcomes[4] if isinstance(outcomes[4], list) else []
+    known = {str(c.get("id", "")) for c in clusters}
+    return render(
+        request,
+        "overview.html",
+        filters=filters,
+        hours=hours,
+        hour_choices=OVERVIEW_HOURS,
+        clusters=sorted(known | set(breakdown.get("by_cluster", {})) | {filters.get("cluster", "")} - {""}),
+        registered=known if isinstance(outcomes[4], list) else None,
+        breakdown=breakdown,
+        chart_data={"activity": activity, "durations": durations, "reasons": reasons},
+        problem=problem,
+    )
 
 
 @router.get("/jobs", response_class=HTMLResponse)
@@ -42,7 +84,7 @@ async def jobs_page(request: Request) -> HTMLResponse:
     filters = presenters.job_filters(params)
     sort = params.get("sort") if params.get("sort") in SORTS else None
     cursor = params.get("cursor") or None
-    query = {**filters, "sort": sort, "cursor": cursor, "limit": ui.settings.page_size}
+    query = {**presenters.list_query(filters), "sort": sort, "cursor": cursor, "limit": ui.settings.page_size}
     problem: str | None = None
     began = time.perf_counter()
     # Both calls at once; each may fail on its own (the cluster filter then falls back to free text).
@@ -69,6 +111,10 @@ async def jobs_page(request: Request) -> HTMLResponse:
             {str(c.get("id", "")) for c in clusters} | {v for k, v in filters.items() if k == "cluster"}
         ),
         problem=problem,
+        # None when the registry did not answer: then no job is marked as no longer tracked.
+        registered=[str(c.get("id", "")) for c in clusters] if isinstance(clusters_result, list) else None,
+        export_query=presenters.query_string(presenters.list_query(filters)),
+        page_size=ui.settings.page_size,
         live_filters=presenters.query_string(
             {
                 k: v
@@ -118,10 +164,17 @@ async def job_page(request: Request, cluster_id: str, uid: str) -> HTMLResponse:
     nested = job.get("job")
     current: dict[str, Any] = nested if isinstance(nested, dict) else job
     transitions = job.get("transitions") or current.get("transitions") or []
+    try:
+        registered: list[str] | None = [
+            str(c.get("id", "")) for c in await ui.backends.registry.list_clusters()
+        ]
+    except BackendError:
+        registered = None
     return render(
         request,
         "job.html",
         job=current,
+        registered=registered,
         cluster_id=cluster_id,
         uid=uid,
         transitions=presenters.transitions_newest_first(transitions),
@@ -153,7 +206,17 @@ async def clusters_page(request: Request) -> HTMLResponse:
             live.model_dump(mode="json") if live else None,
         )
         rows.append({"cluster": cluster, "health": health, "counts": counts.get(cluster_id, {})})
-    return render(request, "clusters.html", rows=rows, problem=problem, notice=_notice(request))
+    # Clusters removed from the registry whose jobs are still kept: their unfinished jobs are
+    # no longer watched, and say so.
+    registered = {str(c.get("id")) for c in clusters}
+    removed = (
+        sorted((c, n) for c, n in counts.items() if c not in registered and any(n.values()))
+        if isinstance(clusters_result, list)
+        else []
+    )
+    return render(
+        request, "clusters.html", rows=rows, removed=removed, problem=problem, notice=_notice(request)
+    )
 
 
 def _notice(request: Request) -> str | None:
@@ -163,6 +226,39 @@ def _notice(request: Request) -> str | None:
         if cluster_id:
             return t(f"clusters.{key}", id=cluster_id)
     return None
+
+
+EXPORT_FORMATS = {"csv": "text/csv; charset=utf-8", "json": "application/json"}
+
+
+@router.get("/jobs/export.{fmt}", include_in_schema=False)
+async def jobs_export(request: Request, fmt: str) -> Response:
+    """What the jobs page's filters show, as CSV or JSON: streamed through from the query API
+    (at most its bound of rows; X-Total-Count says how many matched)."""
+    if fmt not in EXPORT_FORMATS:
+        return Response("csv or json\n", status_code=404, media_type="text/plain")
+    ui = ui_of(request)
+    filters = presenters.job_filters(dict(request.query_params))
+    query = {**presenters.list_query(filters), "format": fmt}
+    opened = ui.backends.query.export(query)
+    try:
+        upstream = await opened.__aenter__()
+    except BackendError as exc:
+        return Response(backend_problem(request, exc) + "\n", status_code=502, media_type="text/plain")
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            async for chunk in upstream.aiter_bytes():
+                yield chunk
+        finally:
+            await opened.__aexit__(None, None, None)
+
+    headers = {
+        "Content-Disposition": f'attachment; filename="trainwatch-jobs.{fmt}"',
+        "Cache-Control": "no-store",
+        **{k: upstream.headers[k] for k in ("x-total-count", "x-export-limit") if k in upstream.headers},
+    }
+    return StreamingResponse(body(), media_type=EXPORT_FORMATS[fmt], headers=headers)
 
 
 @router.get("/events/jobs", include_in_schema=False)

@@ -7,13 +7,27 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode
 
+from markupsafe import Markup
+
 from trainwatch_common import KIND_KEYS, Phase
 from trainwatch_common.kubeconfig_yaml import load_mapping
 
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 KIND_CHOICES: tuple[str, ...] = tuple(sorted(KIND_KEYS))
 # The list filters the jobs page offers, in the query API's parameter names.
-JOB_FILTERS: tuple[str, ...] = ("cluster", "namespace", "kind", "phase", "terminal", "owner", "label", "name")
+JOB_FILTERS: tuple[str, ...] = (
+    "cluster", "namespace", "kind", "phase", "terminal", "owner", "label", "name", "deleted",
+)  # fmt: skip
+# ?deleted=include shows deleted jobs too; without it the list shows the live ones only.
+DELETED_INCLUDED = "include"
+
+
+def list_query(filters: Mapping[str, str]) -> dict[str, str]:
+    """The query API's parameters for the page's filters: deleted jobs left out unless included."""
+    query = {k: v for k, v in filters.items() if k != "deleted"}
+    if filters.get("deleted") != DELETED_INCLUDED:
+        query["deleted"] = "false"
+    return query
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -32,6 +46,18 @@ def format_time(value: Any) -> str:
     """UTC, to the second: the same on every screen, whatever the browser's zone."""
     moment = parse_time(value)
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if moment else "—"
+
+
+def time_tag(value: Any) -> Markup:
+    """A <time> in UTC (the fallback without scripts), which dashboard.js shows in the viewer's
+    local time with the UTC time on hover."""
+    moment = parse_time(value)
+    if moment is None:
+        return Markup("—")
+    utc = format_time(moment)
+    return Markup('<time class="local-time" datetime="{}" title="{} UTC">{} UTC</time>').format(
+        iso_utc(moment), utc, utc
+    )
 
 
 def format_duration(seconds: float | None) -> str:
@@ -223,6 +249,86 @@ def transitions_newest_first(transitions: Iterable[Mapping[str, Any]]) -> list[M
         return (sequence if isinstance(sequence, int) else -1, str(item.get("observed_at") or ""))
 
     return sorted(transitions, key=key, reverse=True)
+
+
+# -- the jobs list's columns ---------------------------------------------------------------------
+
+
+def age_seconds(job: Mapping[str, Any], now: datetime | None = None) -> float | None:
+    created = parse_time(job.get("created_at"))
+    return ((now or datetime.now(UTC)) - created).total_seconds() if created else None
+
+
+def replica_progress(replicas: Any) -> str:
+    """ "7/8": ready (else active) replicas of the desired, summed over the roles; "" when unknown."""
+    if not isinstance(replicas, Mapping) or not replicas:
+        return ""
+    counts = [c for c in replicas.values() if isinstance(c, Mapping)]
+    desired = [int(c["desired"]) for c in counts if isinstance(c.get("desired"), int)]
+    if not desired:
+        return ""
+    ready = [c.get("ready") if isinstance(c.get("ready"), int) else c.get("active") for c in counts]
+    return f"{sum(int(r) for r in ready if isinstance(r, int))}/{sum(desired)}"
+
+
+FAILING_PHASES = frozenset({"Failed", "Restarting"})
+
+
+def failing_since(job: Mapping[str, Any]) -> datetime | None:
+    """When a failed or restarting job's current state began: its finish, else its last change."""
+    if job.get("phase") not in FAILING_PHASES:
+        return None
+    return parse_time(job.get("finished_at")) or parse_time(job.get("updated_at"))
+
+
+def untracked(job: Mapping[str, Any], clusters: Iterable[str] | None) -> bool:
+    """A job whose cluster was removed from the registry: its last state is no longer watched, so
+    an unfinished one would otherwise show "Running" forever. ``clusters`` None: unknown (the
+    registry did not answer), and then nothing is marked."""
+    if clusters is None:
+        return False
+    return (
+        job.get("cluster_id") not in set(clusters) and not job.get("terminal") and not job.get("deleted_at")
+    )
+
+
+def iso_utc(value: Any) -> str:
+    moment = parse_time(value)
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z") if moment else ""
+
+
+# -- the clusters page's watch state -------------------------------------------------------------
+
+# A health report is re-published every 30 s by default (the watcher's TRAINWATCH_HEALTH_INTERVAL);
+# one much older than that means its owner stopped reporting.
+HEALTH_STALE_SECONDS = 90.0
+
+
+def watch_state(health: Mapping[str, Any] | None, now: datetime | None = None) -> str:
+    """How far behind the watch is, as far as the health report can tell. Mirrors watchState in
+    dashboard.js.
+
+    The report's ``watch_lag_seconds`` is the time since the slowest informer last heard anything
+    (an event, a bookmark, a relist): on a healthy quiet cluster that grows with the quiet, so it
+    says nothing about lag. What the report does say: whether every watched kind is listed and
+    watching without error, and when it was made. So: up_to_date (reachable, every watched kind
+    watching, a fresh report), catching_up (a kind still listing), not_watching (unreachable,
+    failing, forbidden), stale (no report for HEALTH_STALE_SECONDS), unknown (no report).
+    """
+    if not health:
+        return "unknown"
+    observed = parse_time(health.get("observed_at"))
+    if observed is None or ((now or datetime.now(UTC)) - observed).total_seconds() > HEALTH_STALE_SECONDS:
+        return "stale"
+    if not health.get("reachable"):
+        return "not_watching"
+    kinds = health.get("kinds") or {}
+    states = {k.get("state") for k in kinds.values() if isinstance(k, Mapping)} - {"not_installed"}
+    if states & {"failing", "forbidden"}:
+        return "not_watching"
+    if "starting" in states or (not states and not health.get("informers_running")):
+        return "catching_up"
+    return "up_to_date"
 
 
 def format_bytes(value: Any) -> str:

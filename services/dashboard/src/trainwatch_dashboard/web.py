@@ -56,6 +56,12 @@ def build_templates() -> Jinja2Templates:
     env = templates.env
     env.globals.update(
         format_time=presenters.format_time,
+        time_tag=presenters.time_tag,
+        age_seconds=presenters.age_seconds,
+        replica_progress=presenters.replica_progress,
+        failing_since=presenters.failing_since,
+        untracked=presenters.untracked,
+        watch_state=presenters.watch_state,
         format_duration=presenters.format_duration,
         cluster_state=presenters.cluster_state,
         job_duration=presenters.job_duration,

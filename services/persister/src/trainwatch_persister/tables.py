@@ -113,7 +113,7 @@ jobs = sa.Table(
     sa.Column("rv_number", sa.BigInteger, nullable=False),
     sa.Column("event_id", sa.String(400), nullable=False),
     sa.Column("watcher_id", sa.String(253)),
-    # Issue 16 (migration 0003): the diagnosis of the event holding the current state (null when it
+    # Issue 16 (migration 0004): the diagnosis of the event holding the current state (null when it
     # has none: nothing to explain, or a watcher without diagnosis), and what the job asked for.
     *diagnosis_columns(),
     # The change of the event holding the current state: "diagnosis" when a diagnosis update (same
@@ -141,6 +141,11 @@ sa.Index("ix_jobs_namespace_cluster_id", jobs.c.namespace, jobs.c.cluster_id)
 sa.Index("ix_jobs_kind_key", jobs.c.kind_key)
 sa.Index("ix_jobs_owner", jobs.c.owner)
 sa.Index("ix_jobs_deleted_at", jobs.c.deleted_at)
+# The unfinished live jobs, where the overview's "jobs running over time" starts (migration 0004).
+sa.Index("ix_jobs_terminal_deleted_at", jobs.c.terminal, jobs.c.deleted_at)
+# The overview's breakdown (live jobs per cluster, namespace and phase) from the index alone.
+sa.Index("ix_jobs_cluster_id_namespace_phase_deleted_at", jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase,
+         jobs.c.deleted_at)  # fmt: skip
 sa.Index(
     "ix_jobs_labels", jobs.c.labels, postgresql_using="gin", postgresql_ops={"labels": "jsonb_path_ops"}
 ).ddl_if(dialect="postgresql")

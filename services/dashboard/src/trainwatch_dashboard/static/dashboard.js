@@ -25,7 +25,7 @@
 
   function badge(phase, subPhase) {
     const node = el("span", { class: "phase " + phaseClass(phase), "data-phase": phase }, msg("phase." + phase));
-    if (subPhase) node.append(el("small", null, " · " + subPhase));
+    if (subPhase) node.append(el("small", { "data-sub-phase": subPhase }, " · " + msg("subphase." + subPhase)));
     return node;
   }
 
@@ -34,6 +34,36 @@
     const d = new Date(iso);
     if (isNaN(d)) return iso;
     return d.toISOString().replace("T", " ").slice(0, 19);
+  }
+
+  // ---- times: the viewer's local time, UTC on hover ------------------------------------------
+  // The server renders <time class="local-time" datetime="...Z">UTC</time>; this rewrites the text
+  // in the browser's zone (Intl.DateTimeFormat), keeping the UTC time in the title.
+  const localFormat = new Intl.DateTimeFormat(document.documentElement.lang || undefined, {
+    year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", second: "2-digit", hourCycle: "h23",
+  });
+  const localZone = localFormat.resolvedOptions().timeZone || "";
+
+  function localize(node) {
+    const d = new Date(node.getAttribute("datetime"));
+    if (isNaN(d)) return;
+    node.textContent = localFormat.format(d);
+    node.title = formatTime(d.toISOString()) + " UTC";
+    node.dataset.localized = "yes";
+  }
+
+  function timeTag(iso) {
+    if (!iso) return document.createTextNode("—");
+    const node = el("time", { class: "local-time", datetime: iso }, formatTime(iso) + " UTC");
+    localize(node);
+    return node;
+  }
+
+  function localizeTimes(root) {
+    (root || document).querySelectorAll("time.local-time").forEach(localize);
+    const note = document.getElementById("times-note");
+    if (note && localZone) note.textContent = msg("jobs.times_local").replace("{zone}", localZone);
   }
 
   function flash(node) {
@@ -84,11 +114,24 @@
     const table = document.getElementById("jobs-table");
     if (!table) return;
     const canInsert = table.dataset.insert === "yes";
+    // The page never grows past its size: a new job beyond it is counted in the "N newer" marker
+    // (which reloads the first page) instead of pushing rows down while someone reads them.
+    const pageSize = Number(table.dataset.pageSize) || 50;
+    const showDeleted = table.dataset.deleted === "include";
+    const newer = new Set();
+    const marker = document.getElementById("jobs-newer");
+    const countNewer = (key) => {
+      newer.add(key);
+      if (!marker) return;
+      marker.hidden = false;
+      marker.querySelector("a").textContent = marker.dataset.template.replace("{count}", String(newer.size));
+    };
     // The stream also carries the event that moves a shown job out of a filtered phase; a job not
     // shown yet is inserted only if it matches every filter of the page.
     const wanted = new URLSearchParams(window.location.search);
     const belongs = (job) =>
       job.change !== "deleted" &&
+      (!wanted.get("namespace") || job.namespace === wanted.get("namespace")) &&
       (!wanted.get("phase") || job.phase === wanted.get("phase")) &&
       (wanted.get("terminal") !== "true" || job.terminal) &&
       (wanted.get("terminal") !== "false" || !job.terminal);
@@ -98,11 +141,18 @@
         const key = job.cluster_id + "/" + job.uid;
         let row = tbody.querySelector(`tr[data-key="${CSS.escape(key)}"]`);
         if (!row && !(canInsert && belongs(job))) return;
+        if (!row && tbody.rows.length >= pageSize) {
+          countNewer(key);
+          return;
+        }
         if (!row) {
           row = el("tr", { "data-key": key },
             el("td", null, el("a", { class: "job-link", href: `/jobs/${encodeURIComponent(job.cluster_id)}/${encodeURIComponent(job.uid)}` }, job.name)),
             el("td", null, job.cluster_id), el("td", null, job.namespace), el("td", null, job.kind_key),
-            el("td", { class: "cell-phase" }), el("td", { class: "cell-reason" }), el("td", null, job.owner || ""),
+            el("td", { class: "cell-phase" }), el("td", { class: "cell-replicas nowrap" }),
+            el("td", { class: "cell-restarts" }), el("td", { class: "cell-reason" }),
+            el("td", { class: "cell-failing nowrap" }), el("td", null, job.owner || ""),
+            el("td", { class: "cell-age nowrap" }), el("td", { class: "cell-duration nowrap" }),
             el("td", { class: "cell-updated nowrap" }));
           tbody.prepend(row);
           const total = document.getElementById("jobs-total");
@@ -113,15 +163,71 @@
           const empty = document.getElementById("jobs-empty");
           if (empty) empty.remove();
         }
+        if (job.change === "deleted" && !showDeleted) {
+          row.remove();
+          return;
+        }
         row.querySelector(".cell-phase").replaceChildren(badge(job.phase, job.sub_phase));
+        const progress = replicaProgress(job.replicas);
+        if (progress) row.querySelector(".cell-replicas").textContent = progress;
+        const restarts = row.querySelector(".cell-restarts");
+        restarts.textContent = String(job.restart_count || 0);
+        restarts.classList.toggle("bad", Boolean(job.restart_count));
         const reason = row.querySelector(".cell-reason");
         reason.textContent = job.reason || "";
         reason.title = job.message || "";
-        row.querySelector(".cell-updated").textContent = formatTime(job.observed_at);
+        const failing = row.querySelector(".cell-failing");
+        if (job.phase === "Failed" || job.phase === "Restarting") {
+          if (!failing.querySelector("time")) failing.replaceChildren(timeTag(job.observed_at));
+        } else {
+          failing.replaceChildren();
+        }
+        row.querySelector(".cell-updated").replaceChildren(timeTag(job.observed_at));
         row.classList.toggle("deleted", job.change === "deleted");
         flash(row);
       },
-    }, () => refresh("#jobs-table tbody"));
+    }, () => refresh("#jobs-table tbody").then(() => localizeTimes(table)));
+    wireMyJobs();
+  }
+
+  // Mirrors presenters.replica_progress: ready (else active) of desired, over the roles.
+  function replicaProgress(replicas) {
+    const roles = Object.values(replicas || {});
+    const desired = roles.filter((c) => Number.isInteger(c.desired));
+    if (!desired.length) return "";
+    const ready = roles.reduce((sum, c) => sum + (Number.isInteger(c.ready) ? c.ready : (c.active || 0)), 0);
+    return ready + "/" + desired.reduce((sum, c) => sum + c.desired, 0);
+  }
+
+  // "My jobs": the filter is kept in this browser's localStorage (a query string), and the
+  // "My jobs" button goes back to it. The URL itself stays the shareable form of any filter.
+  const MY_JOBS = "trainwatch.myJobs";
+
+  function currentFilter() {
+    const params = new URLSearchParams(window.location.search);
+    params.delete("cursor");
+    params.delete("lang");
+    return params.toString();
+  }
+
+  function wireMyJobs() {
+    const save = document.getElementById("save-my-jobs");
+    const mine = document.getElementById("my-jobs");
+    if (!save || !mine) return;
+    let stored = null;
+    try { stored = window.localStorage.getItem(MY_JOBS); } catch (e) { return; }
+    const show = (query) => {
+      mine.hidden = query === null;
+      if (query !== null) mine.href = "/jobs" + (query ? "?" + query : "");
+    };
+    show(stored);
+    save.hidden = false;
+    save.addEventListener("click", () => {
+      const query = currentFilter();
+      window.localStorage.setItem(MY_JOBS, query);
+      show(query);
+      save.textContent = msg("jobs.saved_mine");
+    });
   }
 
   // ---- one job ----------------------------------------------------------------------------
@@ -172,7 +278,7 @@
         what.append(el("span", { class: "muted" }, msg("job.change." + job.change)), " ");
         if (job.reason) what.append(el("strong", { class: "reason" }, job.reason));
         const item = el("li", { class: phaseClass(job.phase), "data-sequence": job.sequence },
-          el("div", { class: "when" }, formatTime(job.observed_at)), what);
+          el("div", { class: "when" }, timeTag(job.observed_at)), what);
         if (job.message) item.append(el("div", { class: "message" }, job.message));
         timeline.prepend(item);
         const empty = document.getElementById("timeline-empty");
@@ -203,6 +309,23 @@
       });
   }
 
+  // Mirrors presenters.watch_state: how far behind the watch is, as far as a report can say.
+  const HEALTH_STALE_SECONDS = 90;
+  function watchState(h) {
+    const observed = new Date(h.observed_at);
+    if (isNaN(observed) || (Date.now() - observed.getTime()) / 1000 > HEALTH_STALE_SECONDS) return "stale";
+    if (!h.reachable) return "not_watching";
+    const states = new Set(Object.values(h.kinds || {}).map((k) => k.state));
+    states.delete("not_installed");
+    if (states.has("failing") || states.has("forbidden")) return "not_watching";
+    if (states.has("starting") || (!states.size && !h.informers_running)) return "catching_up";
+    return "up_to_date";
+  }
+
+  function seconds(value) {
+    return value < 10 ? value.toFixed(1) + "s" : Math.round(value) + "s";
+  }
+
   function clustersPage() {
     const list = document.querySelector(".cluster-list");
     if (!list) return;
@@ -218,7 +341,15 @@
         reachable.dataset.state = state;
         field("kinds").replaceChildren(...kindTags(h).flatMap((tag) => [tag, " "]));
         field("owner").textContent = h.owner || "—";
-        field("lag").textContent = h.watch_lag_seconds == null ? "—" : h.watch_lag_seconds.toFixed(1) + "s";
+        const lag = field("lag");
+        const ws = watchState(h);
+        lag.dataset.state = ws;
+        lag.className = "watch-" + ws;
+        lag.replaceChildren(msg("clusters.watch." + ws));
+        if (h.watch_lag_seconds != null) {
+          lag.append(" ", el("small", { class: "muted", "data-field": "heard" },
+            msg("clusters.watch.heard").replace("{ago}", seconds(h.watch_lag_seconds))));
+        }
         field("error").textContent = h.last_error || "—";
         field("error").className = h.last_error ? "bad" : "";
       },
@@ -334,6 +465,7 @@
   }
 
   document.addEventListener("DOMContentLoaded", () => {
+    localizeTimes();
     jobsPage();
     jobPage();
     clustersPage();

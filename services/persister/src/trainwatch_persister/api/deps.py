@@ -2,47 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi import Depends, Request
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from trainwatch_common.auth import ApiTokens, Role
+from trainwatch_common.api_auth import bearer_scheme, require_role
+from trainwatch_common.auth import Role
 
-log = logging.getLogger(__name__)
-_bearer = HTTPBearer(auto_error=False, description="A viewer or admin token of the registry's token set")
-
-
-def _client(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
-
-
-def _failed(request: Request) -> None:
-    """Log a failed authentication: who and where, never the token. (Limiting is the dashboard's,
-    per browser address, and the edge's for direct API clients: see the registry's deps.)"""
-    log.warning("authentication failed", extra={"client": _client(request), "path": request.url.path})
-
-
-def require_viewer(
-    request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-) -> Role:
-    tokens: ApiTokens = request.app.state.tokens
-    role = tokens.role_of(credentials.credentials) if credentials is not None else None
-    if role is None:
-        _failed(request)
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            "a valid bearer token is required",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
-    if not ApiTokens.allows(role, Role.VIEWER):
-        raise HTTPException(
-            status.HTTP_403_FORBIDDEN, "this token may not read jobs (viewer or admin needed)"
-        )
-    return role
+_bearer = bearer_scheme("A viewer or admin token of the registry's token set")
 
 
 async def connection(request: Request) -> AsyncIterator[AsyncConnection]:
@@ -51,5 +20,5 @@ async def connection(request: Request) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-ViewerDep = Annotated[Role, Depends(require_viewer)]
+ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer))]
 ConnectionDep = Annotated[AsyncConnection, Depends(connection)]

@@ -121,3 +121,57 @@ class StatsPublic(BaseModel):
     by_cluster: dict[str, int]
     by_phase: dict[str, int]
     by_cluster_phase: list[ClusterPhaseCount]
+
+
+class NamespaceCount(BaseModel):
+    cluster_id: str
+    namespace: str
+    count: int
+
+
+class BreakdownPublic(BaseModel):
+    """Jobs matching the filters (live ones unless ``deleted`` says otherwise), counted three ways."""
+
+    total: int
+    by_phase: dict[str, int]
+    by_cluster: dict[str, int]
+    by_namespace: list[NamespaceCount] = Field(description="The largest (cluster, namespace) pairs first")
+
+
+class BucketPublic(BaseModel):
+    start: datetime = Field(description="The bucket's start (UTC); it lasts bucket_seconds")
+    count: int
+
+
+class ActivityPublic(BaseModel):
+    since: datetime
+    until: datetime
+    bucket_seconds: int
+    failures: list[BucketPublic] = Field(description="Jobs that failed within each bucket")
+    running: list[BucketPublic] = Field(description="Jobs running at some time within each bucket")
+
+
+class HistogramPublic(BaseModel):
+    edges_seconds: list[int] = Field(
+        description="Upper bucket edges; counts[i] counts durations in [edges[i-1], edges[i])"
+    )
+    counts: list[int] = Field(
+        description="One more than edges: the last counts durations above the last edge"
+    )
+    total: int
+
+
+class DurationsPublic(BaseModel):
+    since: datetime
+    queue_wait: HistogramPublic = Field(description="Created → started, of the jobs started since `since`")
+    run_time: HistogramPublic = Field(description="Started → finished, of the jobs finished since `since`")
+
+
+class ReasonCount(BaseModel):
+    reason: str | None = Field(description="The event's reason field; null when the job gave none")
+    count: int
+
+
+class FailureReasonsPublic(BaseModel):
+    since: datetime
+    reasons: list[ReasonCount]

@@ -1,18 +1,16 @@
-"""GET /v1/jobs (filtered, sorted, keyset-paginated) and GET /v1/jobs/{cluster_id}/{uid}."""
+"""GET /v1/jobs (filtered, sorted, keyset-paginated), /v1/jobs/export and /v1/jobs/{cluster_id}/{uid}."""
 
 from __future__ import annotations
 
-import re
-from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, status
+from fastapi import APIRouter, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
 
-from trainwatch_common import Phase
-from trainwatch_common.events.diagnosis import Blame, DiagnosisCategory
 from trainwatch_persister import queries
-from trainwatch_persister.api import pagination
+from trainwatch_persister.api import export, pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
+from trainwatch_persister.api.filters import FiltersDep
 from trainwatch_persister.api.models import (
     DiagnosisChange,
     JobDetail,
@@ -20,81 +18,23 @@ from trainwatch_persister.api.models import (
     JobsPublic,
     TransitionPublic,
 )
-from trainwatch_persister.filters import JobFilters, SortField, SortOrder
+from trainwatch_persister.filters import SortField, SortOrder
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 MAX_PAGE_SIZE = 500
-
-# A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name.
-_LABEL_KEY = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-)
-
-
-def parse_labels(raw: list[str]) -> list[tuple[str, str]]:
-    labels: list[tuple[str, str]] = []
-    for item in raw:
-        key, sep, value = item.partition("=")
-        if not sep or not _LABEL_KEY.match(key) or len(key) > 317:
-            raise HTTPException(
-                status.HTTP_422_UNPROCESSABLE_CONTENT,
-                f"label filter {item!r} is not key=value with a Kubernetes label key",
-            )
-        labels.append((key, value))
-    return labels
 
 
 @router.get("", response_model=JobsPublic, summary="List jobs")
 async def list_jobs(
     _: ViewerDep,
     conn: ConnectionDep,
-    cluster: Annotated[list[str], Query(description="Cluster id (repeat for any of several)")] = [],  # noqa: B006
-    namespace: Annotated[list[str], Query(description="Namespace (repeatable)")] = [],  # noqa: B006
-    kind: Annotated[list[str], Query(description="Kind key, e.g. pytorchjob (repeatable)")] = [],  # noqa: B006
-    phase: Annotated[list[Phase], Query(description="Phase (repeatable)")] = [],  # noqa: B006
-    terminal: Annotated[
-        bool | None, Query(description="Only finished (true) or unfinished (false) jobs")
-    ] = None,
-    deleted: Annotated[bool | None, Query(description="Only deleted (true) or live (false) jobs")] = None,
-    owner: Annotated[str | None, Query(description="Owner, exactly")] = None,
-    label: Annotated[list[str], Query(description="key=value; repeat for all of several")] = [],  # noqa: B006
-    name: Annotated[str | None, Query(description="Substring of the job name, case-insensitive")] = None,
-    created_after: Annotated[
-        datetime | None, Query(description="created_at >= this (UTC if no zone)")
-    ] = None,
-    created_before: Annotated[datetime | None, Query(description="created_at < this")] = None,
-    updated_after: Annotated[datetime | None, Query(description="updated_at >= this")] = None,
-    updated_before: Annotated[datetime | None, Query(description="updated_at < this")] = None,
-    diagnosis: Annotated[
-        list[DiagnosisCategory],
-        Query(description="Category of the current diagnosis, e.g. OOMKilled (repeatable = any of)"),
-    ] = [],  # noqa: B006
-    blame: Annotated[
-        list[Blame], Query(description="Blame of the current diagnosis, e.g. infrastructure (repeatable)")
-    ] = [],  # noqa: B006
+    filters: FiltersDep,
     sort: Annotated[SortField, Query(description="Sort column")] = SortField.UPDATED_AT,
     order: Annotated[SortOrder | None, Query(description="Default: desc for times, asc for name")] = None,
     limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 50,
     cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
 ) -> JobsPublic:
-    filters = JobFilters(
-        clusters=tuple(cluster),
-        namespaces=tuple(namespace),
-        kinds=tuple(kind),
-        phases=tuple(p.value for p in phase),
-        terminal=terminal,
-        deleted=deleted,
-        owner=owner,
-        labels=tuple(parse_labels(label)),
-        name_contains=name or None,
-        created_after=created_after,
-        created_before=created_before,
-        updated_after=updated_after,
-        updated_before=updated_before,
-        diagnoses=tuple(c.value for c in diagnosis),
-        blames=tuple(b.value for b in blame),
-    )
     order = order or (SortOrder.ASC if sort is SortField.NAME else SortOrder.DESC)
     after = None
     if cursor:
@@ -112,6 +52,40 @@ async def list_jobs(
         total=page.total,
         next_cursor=next_cursor,
     )
+
+
+@router.get(
+    "/export",
+    summary="Export the jobs a filter matches, as CSV or JSON (streamed, at most `limit` rows)",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "Newest change first. X-Total-Count: how many match; X-Export-Limit: the bound",
+            "content": {"text/csv": {}, "application/json": {}},
+        }
+    },
+)
+async def export_jobs(
+    request: Request,
+    _: ViewerDep,
+    conn: ConnectionDep,
+    filters: FiltersDep,
+    format: Annotated[Literal["csv", "json"], Query(description="csv or json (an array of jobs)")] = "csv",
+    limit: Annotated[int, Query(ge=1, le=export.MAX_EXPORT_ROWS)] = export.MAX_EXPORT_ROWS,
+) -> StreamingResponse:
+    total = await queries.count(conn, filters)
+    await conn.close()  # the stream reads on its own connection, after this handler returned
+    pages = export.rows(request.app.state.engine, filters, limit)
+    body, media = (export.as_csv(pages), "text/csv; charset=utf-8") if format == "csv" else (
+        export.as_json(pages), "application/json",
+    )  # fmt: skip
+    headers = {
+        "Content-Disposition": f'attachment; filename="jobs.{format}"',
+        "X-Total-Count": str(total),
+        "X-Export-Limit": str(limit),
+        "Cache-Control": "no-store",
+    }
+    return StreamingResponse(body, media_type=media, headers=headers)
 
 
 @router.get(

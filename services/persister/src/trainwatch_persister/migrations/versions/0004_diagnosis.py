@@ -1,7 +1,7 @@
 """Diagnosis, resources and times on jobs; diagnosis on job_transitions (issue 16)
 
-Revision ID: 0003_diagnosis
-Revises: 0002
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-01
 
 Columns only (all nullable), added in place: no table rewrite on PostgreSQL, and on SQLite a plain
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision = "0003_diagnosis"
-down_revision = "0002"
+revision = "0004"
+down_revision = "0003"
 branch_labels = None
 depends_on = None
 
