@@ -16,7 +16,7 @@ from trainwatch_persister.migrate import MIGRATIONS as PERSISTER
 from trainwatch_registry.database import async_url
 from trainwatch_registry.migrations import MIGRATIONS as REGISTRY
 
-PERSISTER_HEAD = "0002"
+PERSISTER_HEAD = "0004"
 REGISTRY_HEAD = "0001_initial"
 
 

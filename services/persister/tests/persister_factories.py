@@ -21,6 +21,7 @@ from trainwatch_common import (
     job_event_id,
 )
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, DiagnosisWarning, LogTail
 from trainwatch_common.testing.events import publish_job_event
 from trainwatch_persister.app import create_app
 from trainwatch_persister.database import make_engine
@@ -34,6 +35,29 @@ KINDS = {
     "mpijob": ("kubeflow.org/v2beta1", "MPIJob"),
     "job": ("batch/v1", "Job"),
 }
+
+
+def oom_diagnosis(**overrides: Any) -> Diagnosis:
+    """A worker OOMKilled on a GPU node, with its events and log tail."""
+    values: dict[str, Any] = {
+        "category": DiagnosisCategory.OOM_KILLED,
+        "blame": Blame.USER_CONFIG,
+        "summary": "Worker-3 (pytorch) exit 137 on node gpu-7: memory limit reached",
+        "reason": "OOMKilled",
+        "role": "worker",
+        "replica_index": 3,
+        "pod": "train-worker-3",
+        "container": "pytorch",
+        "exit_code": 137,
+        "signal": 9,
+        "node": "gpu-7",
+        "since": BASE_TIME,
+        "events": [DiagnosisWarning(reason="BackOff", message="Back-off restarting failed container",
+                                    count=4, object="Pod/train-worker-3")],
+        "log_tail": LogTail(container="pytorch", lines=["step 90 loss 0.12", "CUDA out of memory"]),
+        **overrides,
+    }  # fmt: skip
+    return Diagnosis(**values)
 
 
 def make_event(
@@ -54,6 +78,7 @@ def make_event(
     observed_at: datetime | None = None,
     created_at: datetime | None = None,
     event_id: str | None = None,
+    **extra: Any,
 ) -> JobStatusEvent:
     api_version, kind = KINDS[kind_key]
     observed = observed_at or BASE_TIME + timedelta(minutes=sequence)
@@ -73,6 +98,7 @@ def make_event(
         created_at=created_at or BASE_TIME,
         labels=labels or {},
         owner=owner,
+        **extra,
     )  # fmt: skip
 
 

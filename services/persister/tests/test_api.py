@@ -9,12 +9,13 @@ from typing import Any
 
 import httpx
 import pytest
-from persister_factories import BASE_TIME, make_event
+from persister_factories import BASE_TIME, make_event, oom_diagnosis
 from pydantic import SecretStr
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory
 from trainwatch_persister import repository
 from trainwatch_persister.app import create_app
 from trainwatch_persister.settings import PersisterSettings
@@ -249,3 +250,80 @@ async def test_stats_count_live_jobs_per_cluster_and_phase(api: Api) -> None:
     assert {(c["cluster_id"], c["phase"], c["count"]) for c in stats["by_cluster_phase"]} == {
         ("alpha", "Running", 1), ("alpha", "Succeeded", 1), ("beta", "Failed", 1),
     }  # fmt: skip
+
+
+async def seed_diagnosed_jobs(api: Api) -> None:
+    """u1 OOMKilled, u3 QuotaExceeded then cleared, u5 Unschedulable, u6 ImagePullFailed."""
+    infra = {"blame": Blame.INFRASTRUCTURE}
+    quota = oom_diagnosis(category=DiagnosisCategory.QUOTA_EXCEEDED, summary="quota", **infra)
+    no_gpus = oom_diagnosis(category=DiagnosisCategory.UNSCHEDULABLE, summary="no GPUs", **infra)
+    bad_tag = oom_diagnosis(category=DiagnosisCategory.IMAGE_PULL_FAILED, summary="no such tag")
+    await seed_four_jobs(api)
+    await api.write(
+        make_event(uid="u1", cluster="alpha", name="resnet-train", sequence=2, phase=Phase.RESTARTING,
+                   diagnosis=oom_diagnosis(), observed_at=BASE_TIME + timedelta(hours=5)),
+        make_event(uid="u3", cluster="beta", name="ResNet-eval", sequence=2, phase=Phase.FAILED,
+                   change="diagnosis", previous_phase=Phase.FAILED,
+                   diagnosis=quota),
+        make_event(uid="u3", cluster="beta", name="ResNet-eval", sequence=3, phase=Phase.FAILED,
+                   change="diagnosis", previous_phase=Phase.FAILED, diagnosis=None),
+        make_event(uid="u5", cluster="beta", name="gpt-pretrain", sequence=0,
+                   diagnosis=no_gpus),
+        make_event(uid="u6", cluster="alpha", name="vit-sweep", sequence=0,
+                   diagnosis=bad_tag),
+    )  # fmt: skip
+
+
+DIAGNOSIS_FILTER_CASES: list[tuple[dict[str, Any], list[str]]] = [
+    ({"diagnosis": "OOMKilled"}, ["resnet-train"]),
+    ({"diagnosis": ["Unschedulable", "ImagePullFailed"]}, ["gpt-pretrain", "vit-sweep"]),
+    ({"diagnosis": "QuotaExceeded"}, []),  # cleared by a later diagnosis update
+    ({"blame": "infrastructure"}, ["gpt-pretrain"]),
+    ({"blame": ["user_config", "user_code"]}, ["resnet-train", "vit-sweep"]),
+    ({"diagnosis": "ImagePullFailed", "cluster": "alpha", "blame": "user_config"}, ["vit-sweep"]),
+    ({"diagnosis": "OOMKilled", "phase": "Running"}, []),
+]
+
+
+async def test_filter_by_diagnosis_category_and_blame(api: Api) -> None:
+    await seed_diagnosed_jobs(api)
+    for params, expected in DIAGNOSIS_FILTER_CASES:
+        assert await api.names(params) == expected, params
+        assert (await api.get("/v1/jobs", params))["total"] == len(expected), params
+    # Paging a category filter: the cursor is bound to it.
+    page = await api.get("/v1/jobs", {"diagnosis": ["OOMKilled", "ImagePullFailed"], "limit": 1})
+    assert page["next_cursor"]
+    assert page["total"] == 2
+    rest = await api.get(
+        "/v1/jobs", {"diagnosis": ["OOMKilled", "ImagePullFailed"], "cursor": page["next_cursor"]}
+    )
+    assert {j["name"] for j in page["data"] + rest["data"]} == {"resnet-train", "vit-sweep"}
+    await api.get("/v1/jobs", {"diagnosis": "OOMKilled", "cursor": page["next_cursor"]}, status=400)
+    # A category outside the vocabulary, or a blame, is refused with the reason.
+    assert "diagnosis" in str((await api.get("/v1/jobs", {"diagnosis": "Sleepy"}, status=422))["detail"])
+    await api.get("/v1/jobs", {"blame": "the-intern"}, status=422)
+
+
+async def test_the_job_detail_carries_the_diagnosis_and_its_history(api: Api) -> None:
+    await seed_diagnosed_jobs(api)
+    oom = await api.get("/v1/jobs/alpha/u1")
+    assert oom["diagnosis"]["category"] == "OOMKilled"
+    assert Diagnosis.model_validate(oom["diagnosis"]) == oom_diagnosis()
+    assert [t["diagnosis"] and t["diagnosis"]["category"] for t in oom["transitions"]] == [
+        None,
+        None,
+        "OOMKilled",
+    ]
+    assert [(h["sequence"], h["diagnosis"]["category"]) for h in oom["diagnosis_history"]] == [
+        (2, "OOMKilled")
+    ]
+
+    cleared = await api.get("/v1/jobs/beta/u3")
+    assert (cleared["phase"], cleared["diagnosis"]) == ("Failed", None)
+    steps = [(h["sequence"], h["change"], h["diagnosis"] and h["diagnosis"]["category"])
+             for h in cleared["diagnosis_history"]]  # fmt: skip
+    assert steps == [(2, "diagnosis", "QuotaExceeded"), (3, "diagnosis", None)]
+    listed = {j["name"]: j for j in (await api.get("/v1/jobs"))["data"]}
+    assert listed["gpt-pretrain"]["diagnosis"]["summary"] == "no GPUs"
+    assert listed["llama"]["diagnosis"] is None
+    assert listed["llama"]["gpus"] is None

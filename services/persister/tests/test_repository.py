@@ -1,4 +1,4 @@
-"""Writes against real PostgreSQL and SQLite: idempotency, ordering, deletion, retention."""
+"""Writes against real PostgreSQL and SQLite: idempotency, ordering, deletion, retention, diagnosis."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from datetime import timedelta
 from typing import Any
 
 import sqlalchemy as sa
-from persister_factories import BASE_TIME, make_event
+from persister_factories import BASE_TIME, make_event, oom_diagnosis
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, Phase
+from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, JobResources
 from trainwatch_persister import repository, retention
 from trainwatch_persister.tables import job_counts, job_transitions, jobs
 
@@ -192,3 +193,114 @@ async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
             )
         )
         return {(c, p, bool(d)): n for c, p, d, n in rows}
+
+
+async def transitions_of(engine: AsyncEngine, uid: str = "uid-1") -> list[dict[str, Any]]:
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            sa.select(job_transitions)
+            .where(job_transitions.c.uid == uid)
+            .order_by(job_transitions.c.sequence)
+        )
+    return [dict(r) for r in rows.mappings()]
+
+
+async def test_the_diagnosis_resources_and_times_are_stored_on_the_job_and_each_history_row(
+    engine: AsyncEngine,
+) -> None:
+    oom = oom_diagnosis()
+    resources = JobResources(pods=4, gpus=32, gpu_resource="nvidia.com/gpu",
+                             gpu_product="NVIDIA-H100-80GB-HBM3", cpu=64.5,
+                             memory_bytes=512 * 2**30)  # fmt: skip
+    await write(
+        engine,
+        make_event(sequence=0),
+        make_event(sequence=1, phase=Phase.RUNNING, queue_wait_seconds=90.0, run_seconds=0.0),
+        make_event(sequence=2, phase=Phase.FAILED, diagnosis=oom, resources=resources,
+                   queue_wait_seconds=90.0, run_seconds=3600.5),
+    )  # fmt: skip
+    row = await job(engine)
+    assert (row["diagnosis_category"], row["diagnosis_blame"], row["diagnosis_summary"]) == (
+        "OOMKilled", "user_config", oom.summary,
+    )  # fmt: skip
+    assert Diagnosis.model_validate(row["diagnosis"]) == oom  # the whole diagnosis round-trips
+    assert (row["gpus"], row["gpu_product"], row["cpu"], row["memory_bytes"]) == (
+        32, "NVIDIA-H100-80GB-HBM3", 64.5, 512 * 2**30,
+    )  # fmt: skip
+    assert (row["queue_wait_seconds"], row["run_seconds"]) == (90.0, 3600.5)
+
+    history_rows = await transitions_of(engine)
+    assert [r["diagnosis_category"] for r in history_rows] == [None, None, "OOMKilled"]
+    assert [r["diagnosis"] is None for r in history_rows] == [True, True, False]  # SQL NULL, not JSON null
+    assert Diagnosis.model_validate(history_rows[2]["diagnosis"]) == oom
+
+    # An older event without the fields (a watcher before issue 16) reads as unknown, not zero.
+    await write(engine, make_event(uid="old", sequence=0))
+    old = await job(engine, "old")
+    assert [old[c] for c in ("diagnosis", "diagnosis_category", "gpus", "cpu", "queue_wait_seconds")] == [
+        None
+    ] * 5
+
+
+async def test_a_diagnosis_update_moves_the_diagnosis_not_the_phase(engine: AsyncEngine) -> None:
+    quota = Diagnosis(category=DiagnosisCategory.QUOTA_EXCEEDED, blame=Blame.INFRASTRUCTURE,
+                      summary="Queue team-a: quota of nvidia.com/gpu exhausted", queue="team-a",
+                      resource="nvidia.com/gpu")  # fmt: skip
+    gpus = Diagnosis(category=DiagnosisCategory.UNSCHEDULABLE, blame=Blame.INFRASTRUCTURE,
+                     summary="0/12 nodes: Insufficient nvidia.com/gpu",
+                     resource="nvidia.com/gpu")  # fmt: skip
+
+    def update(sequence: int, diagnosis: Diagnosis | None) -> JobStatusEvent:
+        return make_event(sequence=sequence, phase=Phase.PENDING, previous_phase=Phase.PENDING,
+                          change="diagnosis", diagnosis=diagnosis)  # fmt: skip
+
+    await write(engine, make_event(sequence=0, diagnosis=quota))
+    result = await write(engine, update(1, gpus))
+    assert (result.new_transitions, result.jobs_changed) == (1, 1)
+    row = await job(engine)
+    assert (row["phase"], row["sequence"], row["diagnosis_category"]) == ("Pending", 1, "Unschedulable")
+
+    # Redelivered or duplicated, an update is dropped by its id like any event.
+    again = await write(engine, update(1, gpus), update(1, gpus))
+    assert (again.new_transitions, again.jobs_changed) == (0, 0)
+
+    # Cleared (diagnosis null on a "diagnosis" update), then a late copy of the first update
+    # arrives: the current diagnosis stays the highest-sequence event's, i.e. none.
+    await write(engine, update(2, None))
+    await write(engine, update(1, gpus))
+    row = await job(engine)
+    assert (row["phase"], row["sequence"], row["diagnosis"], row["diagnosis_category"]) == (
+        "Pending",
+        2,
+        None,
+        None,
+    )
+    assert [(r["change"], r["diagnosis_category"]) for r in await transitions_of(engine)] == [
+        ("created", "QuotaExceeded"), ("diagnosis", "Unschedulable"), ("diagnosis", None),
+    ]  # fmt: skip
+
+    # A batch mixing a transition and the diagnosis updates after it folds to the newest event.
+    await write(
+        engine,
+        update(4, quota),
+        make_event(sequence=3, phase=Phase.RUNNING, previous_phase=Phase.PENDING),
+        update(5, gpus).model_copy(update={"phase": Phase.RUNNING, "previous_phase": Phase.RUNNING}),
+    )
+    row = await job(engine)
+    assert (row["phase"], row["sequence"], row["diagnosis_category"]) == ("Running", 5, "Unschedulable")
+    # ... and keeps the previous phase of that transition, not the update's "Running <- Running".
+    assert (row["previous_phase"], row["last_change"]) == ("Pending", "diagnosis")
+    await write(
+        engine, update(6, None).model_copy(update={"phase": Phase.RUNNING, "previous_phase": Phase.RUNNING})
+    )
+    row = await job(engine)
+    assert (row["phase"], row["previous_phase"], row["sequence"], row["diagnosis"]) == (
+        "Running",
+        "Pending",
+        6,
+        None,
+    )
+    # A transition after the updates sets its own previous phase, as always.
+    await write(engine, make_event(sequence=7, phase=Phase.FAILED, previous_phase=Phase.RUNNING))
+    row = await job(engine)
+    assert (row["phase"], row["previous_phase"], row["last_change"]) == ("Failed", "Running", "transition")

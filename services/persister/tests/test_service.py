@@ -28,7 +28,7 @@ async def test_migrations_match_the_tables_and_run_twice(database_url: str) -> N
     engine: AsyncEngine = make_engine(database_url)
     try:
         async with engine.connect() as conn:
-            assert await current_revision(conn) == "0003"
+            assert await current_revision(conn) == "0004"
             differences = await conn.run_sync(
                 lambda sync: compare_metadata(
                     MigrationContext.configure(sync, opts={"version_table": MIGRATIONS.version_table}),

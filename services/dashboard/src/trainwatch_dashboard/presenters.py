@@ -329,3 +329,28 @@ def watch_state(health: Mapping[str, Any] | None, now: datetime | None = None) -
     if "starting" in states or (not states and not health.get("informers_running")):
         return "catching_up"
     return "up_to_date"
+
+
+def format_bytes(value: Any) -> str:
+    """Binary units, as Kubernetes quantities read: 512 GiB, 1.5 TiB."""
+    if not isinstance(value, int | float) or value <= 0:
+        return "—"
+    amount = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if amount < 1024 or unit == "TiB":
+            return f"{amount:.0f} {unit}" if amount == int(amount) else f"{amount:.1f} {unit}"
+        amount /= 1024
+    return "—"  # unreachable
+
+
+def diagnosis_who(diagnosis: Mapping[str, Any]) -> str:
+    """The replica a diagnosis is about, as the notifier's cards name it: "Worker-3 (pytorch)"."""
+    role, pod, container = diagnosis.get("role"), diagnosis.get("pod"), diagnosis.get("container")
+    index = diagnosis.get("replica_index")
+    if role:
+        name = str(role)[:1].upper() + str(role)[1:] + (f"-{index}" if index is not None else "")
+    elif pod:
+        name = str(pod)
+    else:
+        return ""
+    return f"{name} ({container})" if container else name

@@ -65,6 +65,8 @@ def build_templates() -> Jinja2Templates:
         format_duration=presenters.format_duration,
         cluster_state=presenters.cluster_state,
         job_duration=presenters.job_duration,
+        format_bytes=presenters.format_bytes,
+        diagnosis_who=presenters.diagnosis_who,
         phase_class=presenters.phase_class,
         query_string=presenters.query_string,
         format_labels=presenters.format_labels,

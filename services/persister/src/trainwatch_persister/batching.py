@@ -89,6 +89,7 @@ def transition_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
             "observed_at": event.observed_at,
             "source_transition_time": event.source_transition_time,
             "watcher_id": event.watcher_id,
+            **diagnosis_values(event),
             "event": event.model_dump(mode="json"),
         }
     return list(rows.values())
@@ -107,6 +108,38 @@ def latest_per_job(events: Iterable[JobStatusEvent]) -> list[JobStatusEvent]:
         if current is None or ordering.supersedes(order_key(event), order_key(current)):
             latest[key] = event
     return list(latest.values())
+
+
+def job_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
+    """One upsert row per job: its newest event's (``latest_per_job``).
+
+    A diagnosis update repeats the phase as its ``previous_phase``; the job keeps the previous
+    phase of the transition before it. That transition may be in this batch (then the row carries
+    its previous_phase) or already stored (then the upsert keeps the stored one, see repository).
+    """
+    rows = []
+    for event in latest_per_job(events):
+        row = job_row(event)
+        if event.change == "diagnosis":
+            before = _last_phase_event(events, event)
+            if before is not None and before.phase == event.phase:
+                # Differs from the phase unless that was a sub-phase move: the upsert takes it.
+                row["previous_phase"] = before.previous_phase.value if before.previous_phase else None
+        rows.append(row)
+    return rows
+
+
+def _last_phase_event(events: Sequence[JobStatusEvent], update: JobStatusEvent) -> JobStatusEvent | None:
+    """The newest event of the update's job in the batch, before it, that is not a diagnosis update."""
+    key, found = order_key(update), None
+    for event in events:
+        if (event.job.cluster_id, event.job.uid) != (update.job.cluster_id, update.job.uid):
+            continue
+        if event.change == "diagnosis" or not ordering.supersedes(key, order_key(event)):
+            continue
+        if found is None or ordering.supersedes(order_key(event), order_key(found)):
+            found = event
+    return found
 
 
 def job_row(event: JobStatusEvent) -> dict[str, Any]:
@@ -141,4 +174,35 @@ def job_row(event: JobStatusEvent) -> dict[str, Any]:
         "rv_number": ordering.rv_number(job.resource_version),
         "event_id": event.event_id,
         "watcher_id": event.watcher_id,
+        # The current diagnosis is the one on the highest-ordered event, whatever its change: a
+        # "diagnosis" update (same phase) or one with none (cleared) replaces it like any event.
+        **diagnosis_values(event),
+        "last_change": event.change,
+        **resource_values(event),
+        "queue_wait_seconds": event.queue_wait_seconds,
+        "run_seconds": event.run_seconds,
+    }
+
+
+def diagnosis_values(event: JobStatusEvent) -> dict[str, Any]:
+    diagnosis = event.diagnosis
+    if diagnosis is None:
+        return dict.fromkeys(("diagnosis_category", "diagnosis_blame", "diagnosis_summary", "diagnosis"))
+    return {
+        "diagnosis_category": diagnosis.category.value,
+        "diagnosis_blame": diagnosis.blame.value,
+        "diagnosis_summary": diagnosis.summary,
+        "diagnosis": diagnosis.model_dump(mode="json", exclude_none=True),
+    }
+
+
+def resource_values(event: JobStatusEvent) -> dict[str, Any]:
+    resources = event.resources
+    if resources is None:  # an event of a watcher that does not read them: unknown, not zero
+        return dict.fromkeys(("gpus", "gpu_product", "cpu", "memory_bytes"))
+    return {
+        "gpus": resources.gpus,
+        "gpu_product": resources.gpu_product,
+        "cpu": resources.cpu,
+        "memory_bytes": resources.memory_bytes,
     }

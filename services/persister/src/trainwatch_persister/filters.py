@@ -39,3 +39,5 @@ class JobFilters:
     created_before: datetime | None = None
     updated_after: datetime | None = None
     updated_before: datetime | None = None
+    diagnoses: Sequence[str] = ()  # current diagnosis category, any of
+    blames: Sequence[str] = ()  # current diagnosis blame, any of

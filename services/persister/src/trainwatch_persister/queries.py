@@ -48,6 +48,8 @@ def conditions(filters: JobFilters, dialect: str) -> list[sa.ColumnElement[bool]
         (jobs.c.namespace, filters.namespaces),
         (jobs.c.kind_key, filters.kinds),
         (jobs.c.phase, filters.phases),
+        (jobs.c.diagnosis_category, filters.diagnoses),
+        (jobs.c.diagnosis_blame, filters.blames),
     ):
         if len(values) == 1:
             where.append(column == values[0])

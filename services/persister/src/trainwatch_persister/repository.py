@@ -56,7 +56,7 @@ async def write_events(conn: AsyncConnection, events: Sequence[JobStatusEvent]) 
         returned = await conn.execute(insert.returning(job_transitions.c.event_id), transitions)
         new_transitions = len(returned.all())
 
-    job_rows = [batching.job_row(event) for event in batching.latest_per_job(events)]
+    job_rows = batching.job_rows(events)
     jobs_changed = 0
     if job_rows:
         returned = await conn.execute(_upsert_jobs(conn).returning(jobs.c.uid), job_rows)
@@ -75,6 +75,19 @@ def _upsert_jobs(conn: AsyncConnection) -> Any:
     # A creationTimestamp never changes; keep the earliest we know (a first event may have lacked one).
     updates["created_at"] = sa.case(
         (new.created_at < jobs.c.created_at, new.created_at), else_=jobs.c.created_at
+    )
+    # A diagnosis update (same phase, previous_phase = phase) keeps the previous phase of the
+    # transition before it, unless the phase stored is another (that transition is still to come).
+    updates["previous_phase"] = sa.case(
+        (
+            sa.and_(
+                new.last_change == "diagnosis",
+                new.previous_phase == new.phase,
+                jobs.c.phase == new.phase,
+            ),
+            jobs.c.previous_phase,
+        ),
+        else_=new.previous_phase,
     )
     newer = sa.tuple_(new.sequence, new.epoch, new.rv_number) > sa.tuple_(
         jobs.c.sequence, jobs.c.epoch, jobs.c.rv_number

@@ -1,5 +1,9 @@
 """The two tables: ``jobs`` (current state per cluster and uid) and ``job_transitions`` (history).
 
+Both carry the event's diagnosis (issue 16): category, blame and summary as columns, the whole
+diagnosis as JSON. On ``jobs`` it is the diagnosis of the highest-ordered event whatever its
+``change``, so a ``diagnosis`` update moves it (and the ordering key) without changing the phase.
+
 ``jobs`` is rewritten by an upsert whenever an event is newer by the ordering rule in
 ``ordering.py``; ``job_transitions`` is append-only and unique on the deterministic event id, so
 a redelivered or re-published event is recognised and ignored.
@@ -50,6 +54,21 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
 
 JsonDocument: sa.types.TypeEngine[Any] = sa.JSON().with_variant(JSONB(), "postgresql")
+# None is SQL NULL, not the JSON document `null`: "no diagnosis" is then IS NULL on both dialects.
+NullableJsonDocument: sa.types.TypeEngine[Any] = sa.JSON(none_as_null=True).with_variant(
+    JSONB(none_as_null=True), "postgresql"
+)
+
+
+def diagnosis_columns() -> list[sa.Column[Any]]:
+    """The diagnosis on a row: the fields lists filter on, and the whole diagnosis as published."""
+    return [
+        sa.Column("diagnosis_category", sa.String(32)),
+        sa.Column("diagnosis_blame", sa.String(16)),
+        sa.Column("diagnosis_summary", sa.String(256)),
+        sa.Column("diagnosis", NullableJsonDocument),
+    ]
+
 
 metadata = sa.MetaData(
     naming_convention={
@@ -94,6 +113,18 @@ jobs = sa.Table(
     sa.Column("rv_number", sa.BigInteger, nullable=False),
     sa.Column("event_id", sa.String(400), nullable=False),
     sa.Column("watcher_id", sa.String(253)),
+    # Issue 16 (migration 0004): the diagnosis of the event holding the current state (null when it
+    # has none: nothing to explain, or a watcher without diagnosis), and what the job asked for.
+    *diagnosis_columns(),
+    # The change of the event holding the current state: "diagnosis" when a diagnosis update (same
+    # phase) is the newest, which keeps the previous_phase of the transition before it.
+    sa.Column("last_change", sa.String(16)),
+    sa.Column("gpus", sa.Integer),
+    sa.Column("gpu_product", sa.String(253)),
+    sa.Column("cpu", sa.Float),
+    sa.Column("memory_bytes", sa.BigInteger),
+    sa.Column("queue_wait_seconds", sa.Float),
+    sa.Column("run_seconds", sa.Float),
 )
 
 sa.Index("ix_jobs_updated_at_cluster_id_uid", jobs.c.updated_at, jobs.c.cluster_id, jobs.c.uid)
@@ -103,11 +134,14 @@ sa.Index("ix_jobs_cluster_id_updated_at_uid", jobs.c.cluster_id, jobs.c.updated_
 sa.Index("ix_jobs_phase_updated_at", jobs.c.phase, jobs.c.updated_at, jobs.c.cluster_id, jobs.c.uid)
 # Counts by cluster and phase (the list's total, /v1/stats) are answered from this index alone.
 sa.Index("ix_jobs_cluster_id_phase", jobs.c.cluster_id, jobs.c.phase)
+# "Which jobs are OOMKilled / waiting in a queue": the category filter, in the list's default order.
+sa.Index("ix_jobs_diagnosis_category_updated_at", jobs.c.diagnosis_category, jobs.c.updated_at,
+         jobs.c.cluster_id, jobs.c.uid)  # fmt: skip
 sa.Index("ix_jobs_namespace_cluster_id", jobs.c.namespace, jobs.c.cluster_id)
 sa.Index("ix_jobs_kind_key", jobs.c.kind_key)
 sa.Index("ix_jobs_owner", jobs.c.owner)
 sa.Index("ix_jobs_deleted_at", jobs.c.deleted_at)
-# The unfinished live jobs, where the overview's "jobs running over time" starts (migration 0003).
+# The unfinished live jobs, where the overview's "jobs running over time" starts (migration 0004).
 sa.Index("ix_jobs_terminal_deleted_at", jobs.c.terminal, jobs.c.deleted_at)
 # The overview's breakdown (live jobs per cluster, namespace and phase) from the index alone.
 sa.Index("ix_jobs_cluster_id_namespace_phase_deleted_at", jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase,
@@ -138,6 +172,7 @@ job_transitions = sa.Table(
     sa.Column("observed_at", UtcDateTime, nullable=False),
     sa.Column("source_transition_time", UtcDateTime),
     sa.Column("watcher_id", sa.String(253)),
+    *diagnosis_columns(),
     # The whole event as published (replicas, timestamps, labels...), for the detail view.
     sa.Column("event", JsonDocument, nullable=False),
 )

@@ -231,6 +231,27 @@
   }
 
   // ---- one job ----------------------------------------------------------------------------
+  // The stream tells of an event before the persister has written it: fetch the page until it
+  // shows that event (a few tries, backing off), then swap in the parts rendered from it.
+  async function refreshWhenPersisted(sequence, selectors) {
+    for (let attempt = 1; attempt <= 8; attempt++) {
+      const response = await fetch(window.location.href, { headers: { Accept: "text/html" } });
+      if (response.ok) {
+        const doc = new DOMParser().parseFromString(await response.text(), "text/html");
+        const slot = doc.querySelector("#diagnosis-slot");
+        if (slot && Number(slot.dataset.sequence) >= sequence) {
+          for (const selector of selectors) {
+            const fresh = doc.querySelector(selector);
+            const current = document.querySelector(selector);
+            if (fresh && current) current.replaceWith(fresh);
+          }
+          return;
+        }
+      }
+      await new Promise((resolve) => setTimeout(resolve, 250 * attempt));
+    }
+  }
+
   function jobPage() {
     const head = document.getElementById("job-head");
     if (!head) return;
@@ -244,6 +265,11 @@
             el("tr", null, el("td", null, role), el("td", null, dash(c.desired)), el("td", null, c.active || 0),
               el("td", null, dash(c.ready)), el("td", null, c.succeeded || 0),
               el("td", { class: c.failed ? "bad" : "" }, c.failed || 0))));
+        }
+        // A diagnosis update (or a transition carrying one) changes the "why" section.
+        const slot = document.getElementById("diagnosis-slot");
+        if (slot && job.change !== "deleted" && job.sequence > Number(slot.dataset.sequence)) {
+          refreshWhenPersisted(job.sequence, ["#diagnosis-slot"]);
         }
         const timeline = document.getElementById("timeline");
         if (timeline.querySelector(`li[data-sequence="${job.sequence}"]`)) return;

@@ -33,6 +33,9 @@ class WebhookChannel(HttpChannel):
         body["trainwatchlink"] = facts.link
         if facts.mention is not None:
             body["trainwatchowner"] = facts.mention.name
+        reason = facts.reason_line()
+        if reason is not None:  # the diagnosis itself is in data, for machines; this is the plain line
+            body["trainwatchreason"] = reason
         return body
 
     def render_digest(self, digest: DigestFacts) -> Body:

@@ -9,7 +9,9 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Literal
 
+from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.jobs import JobStatusEvent, Phase
+from trainwatch_notifier.render import diagnosis as why
 from trainwatch_notifier.ruleset import Language
 
 PHASE_NAMES: dict[Language, dict[str, str]] = {
@@ -123,10 +125,11 @@ class Mention:
         object.__setattr__(self, "name", neutralise(self.name))  # frozen: set once, at creation
 
 
-# Free text a job's message can be trimmed in, in the order it is given up. Kubernetes bounds the
-# rest (a namespace is at most 63 characters, a name 253).
-TrimmableField = Literal["message", "reason", "owner", "cluster"]
-TRIMMED_IN_ORDER: tuple[TrimmableField, ...] = ("message", "reason", "owner", "cluster")
+# Free text a job's message can be trimmed in, in the order it is given up: the diagnosis' log tail
+# (its oldest lines first) and Warning events before the job's own message. Kubernetes bounds the
+# rest (a namespace is at most 63 characters, a name 253), and the diagnosis' fields are bounded.
+TrimmableField = Literal["log", "warnings", "message", "reason", "owner", "cluster"]
+TRIMMED_IN_ORDER: tuple[TrimmableField, ...] = ("log", "warnings", "message", "reason", "owner", "cluster")
 REASON_MAX_CHARS = 256  # a condition's reason is a CamelCase word; longer, it must not crowd out the message
 DIGEST_REASON_MAX_CHARS = 100  # a digest gives each job one line
 
@@ -138,11 +141,45 @@ class JobFacts:
     link: str
     language: Language
     mention: Mention | None
+    # The diagnosis' Warning event lines and log lines once trimmed to fit ("\n"-joined); None: all.
+    warnings_text: str | None = None
+    log_text: str | None = None
+    evidence_chars: int = why.VALUE_MAX_CHARS  # each evidence value; lowered only if all else is cut
 
     def label(self, key: str) -> str:
         return LABELS[self.language][key]
 
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        return self.event.diagnosis
+
+    def reason_line(self) -> str | None:
+        """The one plain line a message leads with when the event says why (issue 16)."""
+        return why.reason_line(self.diagnosis, self.language) if self.diagnosis else None
+
+    def warnings(self) -> list[str]:
+        text = self.text("warnings")
+        return text.split("\n") if text else []
+
+    def log(self) -> list[str]:
+        text = self.text("log")
+        return text.split("\n") if text else []
+
+    def log_title(self) -> str:
+        return why.log_title(self.diagnosis, self.language) if self.diagnosis else ""
+
+    def diagnosis_label(self, key: str) -> str:
+        return why.section_label(key, self.language)
+
     def text(self, field: TrimmableField) -> str:
+        if field == "log":
+            if self.log_text is not None:
+                return self.log_text
+            return "\n".join(why.log_lines(self.diagnosis)) if self.diagnosis else ""
+        if field == "warnings":
+            if self.warnings_text is not None:
+                return self.warnings_text
+            return "\n".join(why.warning_lines(self.diagnosis)) if self.diagnosis else ""
         if field == "message":
             return self.event.message or ""
         if field == "reason":
@@ -153,6 +190,10 @@ class JobFacts:
 
     def with_text(self, field: TrimmableField, value: str) -> JobFacts:
         """The same facts with one free-text field replaced (trimmed to fit a channel)."""
+        if field == "log":
+            return replace(self, log_text=value)
+        if field == "warnings":
+            return replace(self, warnings_text=value)
         if field in ("message", "reason"):
             return replace(self, event=self.event.model_copy(update={field: value}))
         if field == "owner":
@@ -220,7 +261,18 @@ class JobFacts:
             ("restarts", str(self.event.restart_count) if self.event.restart_count else ""),
             ("owner", self.mention.name if self.mention else ""),
         ]
-        return [(self.label(key), value) for key, value in rows if value]
+        labelled = [(self.label(key), value) for key, value in rows if value]
+        return labelled + self.evidence()
+
+    def evidence(self) -> list[tuple[str, str]]:
+        """The diagnosis' evidence (pod, container, exit code, node, GPUs...), after the job's fields."""
+        if self.diagnosis is None:
+            return []
+        wait = self.event.queue_wait_seconds
+        queue_wait = format_duration(timedelta(seconds=wait), self.language) if wait is not None else None
+        return why.evidence(
+            self.diagnosis, self.event.resources, queue_wait, self.language, max_chars=self.evidence_chars
+        )
 
 
 DigestKnob = Literal["max_listed", "max_clusters", "max_mentions"]
@@ -267,7 +319,8 @@ class DigestFacts:
         return self.items[: self.max_listed]
 
     def reason(self, item: JobFacts) -> str:
-        return shorten(item.event.reason or "", self.reason_chars)
+        """A listed job's one line of why: its diagnosis' reason line when it has one."""
+        return shorten(item.reason_line() or item.event.reason or "", self.reason_chars)
 
     def more(self) -> str | None:
         rest = len(self.items) - len(self.listed())
@@ -330,18 +383,52 @@ def longest_prefix(size: Callable[[str], int], text: str, limit: int) -> str:
     return best
 
 
+def longest_suffix(size: Callable[[str], int], text: str, limit: int) -> str:
+    """The longest suffix of ``text`` (with "…" if cut) for which ``size(suffix) <= limit``: a log
+    tail keeps its newest lines."""
+    if size(text) <= limit:
+        return text
+    low, high = 0, len(text)
+    best = ""
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = "…" + text[len(text) - middle :].lstrip() if middle else ""
+        if size(candidate) <= limit:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    return best
+
+
 def fit_job(size: Callable[[JobFacts], int], facts: JobFacts, limit: int) -> JobFacts:
     """The facts with their free text trimmed until ``size(facts) <= limit``: the reason to
-    ``REASON_MAX_CHARS`` first, then the message, the reason, the owner's name, the cluster's name,
-    each only as far as needed. ValueError only if the job's fixed fields alone are too big."""
+    ``REASON_MAX_CHARS`` first, then the diagnosis' log tail (oldest lines first) and Warning
+    events, the message, the reason, the owner's name, the cluster's name, each only as far as
+    needed. ValueError only if the job's fixed fields alone are too big."""
     facts = facts.with_text("reason", shorten(facts.text("reason"), REASON_MAX_CHARS))
     for field in TRIMMED_IN_ORDER:
         if size(facts) <= limit:
             return facts
         facts = _trim_field(size, facts, field, limit)
+    if size(facts) > limit and facts.diagnosis is not None:
+        facts = _shorten_evidence(size, facts, limit)
     if size(facts) > limit:
         raise ValueError(f"the message does not fit in {limit} even without its text")
     return facts
+
+
+def _shorten_evidence(size: Callable[[JobFacts], int], facts: JobFacts, limit: int) -> JobFacts:
+    """The longest evidence values that fit (a 2 KB text message of a job with 253-character names)."""
+    low, high = 0, facts.evidence_chars
+    best = replace(facts, evidence_chars=0)
+    while low <= high:
+        middle = (low + high) // 2
+        candidate = replace(facts, evidence_chars=middle)
+        if size(candidate) <= limit:
+            best, low = candidate, middle + 1
+        else:
+            high = middle - 1
+    return best
 
 
 def _trim_field(
@@ -350,7 +437,8 @@ def _trim_field(
     def size_with(value: str) -> int:
         return size(facts.with_text(field, value))
 
-    return facts.with_text(field, longest_prefix(size_with, facts.text(field), limit))
+    keep = longest_suffix if field == "log" else longest_prefix
+    return facts.with_text(field, keep(size_with, facts.text(field), limit))
 
 
 def fit_digest(size: Callable[[DigestFacts], int], digest: DigestFacts, limit: int) -> DigestFacts:

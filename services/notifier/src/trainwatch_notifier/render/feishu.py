@@ -74,9 +74,15 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
         content = text.plain(facts, message, mention=_text_mention(facts.mention))
         return {"msg_type": "text", "content": {"text": content}}
     if body_format == "post":
-        paragraphs: list[list[dict[str, Any]]] = [
-            [{"tag": "text", "text": f"{label}: {value}"}] for label, value in facts.fields(message=message)
-        ]
+        # Text nodes are plain text (un_escape false): a cluster's value is shown, never interpreted.
+        reason = facts.reason_line()
+        lines = [reason] if reason else []
+        lines += [f"{label}: {value}" for label, value in facts.fields(message=message)]
+        if facts.warnings():
+            lines += [facts.diagnosis_label("warnings") + ":", *(f"- {w}" for w in facts.warnings())]
+        if facts.log():
+            lines += [facts.log_title() + ":", *(f"  {line}" for line in facts.log())]
+        paragraphs: list[list[dict[str, Any]]] = [[{"tag": "text", "text": line}] for line in lines]
         paragraphs.append([{"tag": "a", "text": facts.label("open"), "href": facts.link}])
         if facts.mention and facts.mention.user_id:
             paragraphs.append(
@@ -121,7 +127,7 @@ def _digest(digest: DigestFacts, body_format: str) -> Body:
         ]
         for item in digest.listed():
             job = item.event.job
-            reason = f" — {digest.reason(item)}" if item.event.reason else ""
+            reason = f" — {digest.reason(item)}" if digest.reason(item) else ""
             paragraphs.append(
                 [
                     {"tag": "text", "text": f"{item.icon} "},

@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Query, status
 
 from trainwatch_common import Phase
+from trainwatch_common.events.diagnosis import Blame, DiagnosisCategory
 from trainwatch_persister.filters import JobFilters
 
 # A Kubernetes label key: an optional DNS-subdomain prefix and '/', then a name.
@@ -48,6 +49,13 @@ def job_filters(
     created_before: Annotated[datetime | None, Query(description="created_at < this")] = None,
     updated_after: Annotated[datetime | None, Query(description="updated_at >= this")] = None,
     updated_before: Annotated[datetime | None, Query(description="updated_at < this")] = None,
+    diagnosis: Annotated[
+        list[DiagnosisCategory],
+        Query(description="Category of the current diagnosis, e.g. OOMKilled (repeatable = any of)"),
+    ] = [],  # noqa: B006
+    blame: Annotated[
+        list[Blame], Query(description="Blame of the current diagnosis, e.g. infrastructure (repeatable)")
+    ] = [],  # noqa: B006
 ) -> JobFilters:
     return JobFilters(
         clusters=tuple(cluster),
@@ -63,6 +71,8 @@ def job_filters(
         created_before=created_before,
         updated_after=updated_after,
         updated_before=updated_before,
+        diagnoses=tuple(c.value for c in diagnosis),
+        blames=tuple(b.value for b in blame),
     )
 
 

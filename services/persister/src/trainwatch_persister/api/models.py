@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainwatch_common import JobChange, Phase, ReplicaCounts, SubPhase
+from trainwatch_common.events.diagnosis import Diagnosis
 
 
 class JobPublic(BaseModel):
@@ -43,6 +44,19 @@ class JobPublic(BaseModel):
     resource_version: str
     event_id: str
     watcher_id: str | None
+    diagnosis: Diagnosis | None = Field(
+        description="Why it failed, restarts or waits: the diagnosis of the newest event (null: none)"
+    )
+    last_change: JobChange | None = Field(
+        description='The change of the newest event ("diagnosis": a diagnosis update, same phase); '
+        "null on rows written before it was kept"
+    )
+    gpus: int | None = Field(description="GPUs requested, summed over replicas (null: not reported)")
+    gpu_product: str | None = Field(description="The GPU product a node selector or affinity names")
+    cpu: float | None = Field(description="CPU cores requested, summed over replicas")
+    memory_bytes: int | None = Field(description="Memory requested, summed over replicas")
+    queue_wait_seconds: float | None = Field(description="Created -> first Running (or -> now while waiting)")
+    run_seconds: float | None = Field(description="First Running -> finished (or -> now)")
 
 
 class JobsPublic(BaseModel):
@@ -68,11 +82,29 @@ class TransitionPublic(BaseModel):
     observed_at: datetime
     source_transition_time: datetime | None
     watcher_id: str | None
+    diagnosis: Diagnosis | None = Field(
+        description='The diagnosis as of this event; on change "diagnosis" null means it was cleared'
+    )
     event: dict[str, Any] = Field(description="The JobStatusEvent as published")
+
+
+class DiagnosisChange(BaseModel):
+    """One step of a job's diagnosis history: an event whose diagnosis differs from the one before."""
+
+    event_id: str
+    sequence: int
+    change: JobChange
+    phase: Phase
+    observed_at: datetime
+    diagnosis: Diagnosis | None = Field(description="null: the previous diagnosis no longer holds")
 
 
 class JobDetail(JobPublic):
     transitions: list[TransitionPublic] = Field(description="The whole kept history, oldest first")
+    diagnosis_history: list[DiagnosisChange] = Field(
+        description="The kept history reduced to where the diagnosis changed (appeared, moved, cleared), "
+        "oldest first"
+    )
 
 
 class ClusterPhaseCount(BaseModel):

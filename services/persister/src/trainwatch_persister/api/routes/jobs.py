@@ -11,7 +11,13 @@ from trainwatch_persister import queries
 from trainwatch_persister.api import export, pagination
 from trainwatch_persister.api.deps import ConnectionDep, ViewerDep
 from trainwatch_persister.api.filters import FiltersDep
-from trainwatch_persister.api.models import JobDetail, JobPublic, JobsPublic, TransitionPublic
+from trainwatch_persister.api.models import (
+    DiagnosisChange,
+    JobDetail,
+    JobPublic,
+    JobsPublic,
+    TransitionPublic,
+)
 from trainwatch_persister.filters import SortField, SortOrder
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
@@ -92,7 +98,31 @@ async def get_job(_: ViewerDep, conn: ConnectionDep, cluster_id: str, uid: str) 
     found = await queries.get_job(conn, cluster_id=cluster_id, uid=uid)
     if found is None:
         raise HTTPException(status.HTTP_404_NOT_FOUND, f"no job {uid!r} in cluster {cluster_id!r}")
+    transitions = [TransitionPublic.model_validate(dict(row)) for row in found.transitions]
     return JobDetail(
         **JobPublic.model_validate(dict(found.job)).model_dump(),
-        transitions=[TransitionPublic.model_validate(dict(row)) for row in found.transitions],
+        transitions=transitions,
+        diagnosis_history=diagnosis_history(transitions),
     )
+
+
+def diagnosis_history(transitions: list[TransitionPublic]) -> list[DiagnosisChange]:
+    """The events where the diagnosis changed: appeared, moved (category, blame or its line), cleared.
+
+    Transitions repeat the diagnosis as of their moment, so an unchanged one is left out.
+    """
+    changes: list[DiagnosisChange] = []
+    last: tuple[str, str, str] | None = None
+    for row in transitions:
+        d = row.diagnosis
+        key = (d.category.value, d.blame.value, d.summary) if d is not None else None
+        if key == last:
+            continue
+        last = key
+        changes.append(
+            DiagnosisChange(
+                event_id=row.event_id, sequence=row.sequence, change=row.change, phase=row.phase,
+                observed_at=row.observed_at, diagnosis=d,
+            )
+        )  # fmt: skip
+    return changes
