@@ -1,0 +1,201 @@
+"""The evidence watches of one cluster: pods of the watched training kinds, Warning events, and
+Kueue Workloads and PodGroups where discovery shows their group (a cluster without Kueue or
+Volcano pays nothing for them). Each is one cluster-wide list+watch (``kube.watching``) feeding
+the cluster's ``EvidenceCache``; see the watcher README, "Diagnosis evidence".
+
+A source the credentials may not read (403) keeps retrying with backoff and is reported in the
+cluster's health ("diagnosis unavailable: forbidden to list pods"); job watching never waits on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from trainwatch_common.kinds import JobKind
+from trainwatch_watcher import errors
+from trainwatch_watcher.diagnosis import KIND_POD_SELECTORS
+from trainwatch_watcher.discovery import served_kinds
+from trainwatch_watcher.evidence_cache import EvidenceCache, ObjectKey
+from trainwatch_watcher.kube.client import KubeClient
+from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
+from trainwatch_watcher.settings import WatchTimings
+from trainwatch_watcher.taskmap import TaskMap
+
+log = logging.getLogger(__name__)
+
+POD = JobKind("pod", "", "v1", "Pod", "pods")
+EVENT = JobKind("event", "", "v1", "Event", "events")
+WORKLOAD = JobKind("workload", "kueue.x-k8s.io", "v1beta1", "Workload", "workloads")
+VOLCANO_PODGROUP = JobKind("podgroup-volcano", "scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
+COSCHEDULING_PODGROUP = JobKind(
+    "podgroup-coscheduling", "scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"
+)
+# The CRD-served evidence kinds, found by discovery like the job kinds.
+OPTIONAL_KINDS = (WORKLOAD, VOLCANO_PODGROUP, COSCHEDULING_PODGROUP)
+
+# Job kind key -> the pod selector families (KIND_POD_SELECTORS) its pods are found by.
+POD_FAMILIES: dict[str, tuple[str, ...]] = {
+    "job": ("job",),
+    "pytorchjob": ("kubeflow",),
+    "tfjob": ("kubeflow",),
+    "mpijob": ("kubeflow",),
+    "xgboostjob": ("kubeflow",),
+    "paddlejob": ("kubeflow",),
+    "jaxjob": ("kubeflow",),
+    "jobset": ("jobset",),
+    "trainjob": ("jobset",),
+    "volcanojob": ("volcanojob",),
+    "rayjob": ("raycluster", "raysubmitter"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One evidence watch."""
+
+    what: str  # pod | event | workload | podgroup
+    kind: JobKind
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    @property
+    def resource(self) -> str:
+        """As an RBAC rule names it, for health messages."""
+        group = f".{self.kind.group}" if self.kind.group else ""
+        return f"{self.kind.plural}{group}"
+
+
+def evidence_sources(job_kinds: Iterable[str], optional: Iterable[str]) -> dict[str, Source]:
+    """The watches the watched job kinds and the served evidence CRDs ask for."""
+    sources: dict[str, Source] = {}
+    for family in sorted({f for key in job_kinds for f in POD_FAMILIES.get(key, ())}):
+        sources[f"pods/{family}"] = Source("pod", POD, label_selector=KIND_POD_SELECTORS[family])
+    if sources:
+        sources["events"] = Source("event", EVENT, field_selector="type=Warning")
+        served = set(optional)
+        if WORKLOAD.key in served:
+            sources["workloads"] = Source("workload", WORKLOAD)
+        for kind in (VOLCANO_PODGROUP, COSCHEDULING_PODGROUP):
+            if kind.key in served:
+                sources[kind.key] = Source("podgroup", kind)
+    return sources
+
+
+async def served_evidence_kinds(client: KubeClient) -> set[str]:
+    return set(await served_kinds(client, OPTIONAL_KINDS))
+
+
+class _SourceStatus(WatchHooks):
+    def __init__(self) -> None:
+        self.synced = False
+        self.error: errors.WatcherError | None = None
+
+    def on_reconnect(self, error: BaseException) -> None:
+        self.error = error if isinstance(error, errors.WatcherError) else None
+
+    def on_connected(self) -> None:
+        self.error = None
+
+
+class EvidenceFeed:
+    """The evidence watches of one cluster, reconciled like its informers."""
+
+    def __init__(self, client: KubeClient, timings: WatchTimings, cluster_id: str) -> None:
+        self.cache = EvidenceCache()
+        self._client = client
+        self._timings = timings
+        self._cluster_id = cluster_id
+        self._status: dict[str, _SourceStatus] = {}
+        self._tasks: TaskMap[str, Source] = TaskMap(self._run, lambda key: f"evidence {cluster_id}/{key}")
+        self._changed = asyncio.Event()
+
+    async def reconcile(self, sources: dict[str, Source]) -> None:
+        for key in list(self._status):
+            if key not in sources:
+                del self._status[key]
+        for key in sources:
+            self._status.setdefault(key, _SourceStatus())
+        await self._tasks.reconcile(sources)
+        self._changed.set()
+
+    async def stop(self) -> None:
+        await self._tasks.stop_all()
+
+    def ready(self) -> bool:
+        """Every source has listed or failed at least once: what diagnosis can read is there."""
+        return all(s.synced or s.error is not None for s in self._status.values())
+
+    async def wait_ready(self, timeout: float) -> None:
+        try:
+            async with asyncio.timeout(timeout):
+                while not self.ready():
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            log.warning(
+                "evidence not listed in time; diagnosing with what there is",
+                extra={"cluster": self._cluster_id},
+            )
+
+    def problems(self) -> list[str]:
+        """Why diagnosis is unavailable or partial, per source: "forbidden to list pods"."""
+        out: list[str] = []
+        for key, status in sorted(self._status.items()):
+            error = status.error
+            if error is None:
+                continue
+            spec = self._tasks.spec(key)
+            resource = spec.resource if spec is not None else key
+            if isinstance(error, errors.Unauthorized) and error.status == 403:
+                problem = f"forbidden to list {resource}"
+            else:
+                problem = f"cannot watch {resource}: {str(error)[:120]}"
+            if problem not in out:
+                out.append(problem)
+        return out
+
+    async def _run(self, key: str, source: Source) -> None:
+        status = self._status.setdefault(key, _SourceStatus())
+        hooks = _Hooks(status, self._changed)
+        watcher = Watcher(
+            client=self._client,
+            target=WatchTarget(source.kind, None, source.label_selector, source.field_selector),
+            timings=self._timings,
+            hooks=hooks,
+        )
+        listed: set[ObjectKey] = set()
+        cache = self.cache
+        async for item in watcher.run_forever():
+            if isinstance(item, Progress):
+                continue
+            if isinstance(item, Synced):
+                cache.forget_source(key, listed)
+                listed = set()
+                status.synced = True
+                self._changed.set()
+                continue
+            obj = item.get("object")
+            event_type = item.get("type")
+            if not isinstance(obj, dict) or event_type not in ("ADDED", "MODIFIED", "DELETED"):
+                continue
+            if watcher.listing:
+                metadata = obj.get("metadata")
+                if isinstance(metadata, dict):
+                    listed.add((str(metadata.get("namespace")), str(metadata.get("name"))))
+            cache.apply(source.what, key, str(event_type), obj)
+
+
+class _Hooks(WatchHooks):
+    def __init__(self, status: _SourceStatus, changed: asyncio.Event) -> None:
+        self._status = status
+        self._changed = changed
+
+    def on_reconnect(self, error: BaseException) -> None:
+        self._status.on_reconnect(error)
+        self._changed.set()
+
+    def on_connected(self) -> None:
+        self._status.on_connected()
