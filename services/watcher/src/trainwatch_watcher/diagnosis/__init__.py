@@ -47,10 +47,12 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
    NodeFailure, ``PodsReadyTimeout`` or admitted with ``PodsReady=False WaitForStart`` ->
    GangWaiting; not ``QuotaReserved``: ``... > maximum capacity`` / ``ExceedsMaxQuota`` ->
    QuotaExceeded, missing LocalQueue/ClusterQueue -> ConfigError, otherwise QueueWaiting with the
-   queue, the short resource and the visibility API's position. Then pods ``PodScheduled=False
-   Unschedulable`` naming ``Insufficient <resource>`` -> Unschedulable (a GPU resource is
-   preferred when several are short), then the PodGroup (gang not satisfied -> GangWaiting;
-   Volcano's "queue resource quota insufficient" -> QueueWaiting), then pods whose scheduler
+   queue, the short resource and the visibility API's position — except that an admitted
+   Workload whose pods are not ready yet (``WaitForStart``) yields to pods short of a resource.
+   Then the PodGroup (gang not satisfied -> GangWaiting, with the resource its pods' scheduler
+   messages find short; Volcano's "queue resource quota insufficient" -> QueueWaiting), then pods
+   ``PodScheduled=False Unschedulable`` naming ``Insufficient <resource>`` -> Unschedulable (a GPU
+   resource is preferred when several are short; also for a Running job), then pods whose scheduler
    message is a coscheduling one -> GangWaiting, then other unschedulable pods (taints, affinity)
    -> Unschedulable blamed on the user's config, then waiting events (``FailedScheduling``,
    ``PodGroupPending``, ResourceQuota ``exceeded quota`` -> QuotaExceeded, Kueue ``Pending``).
