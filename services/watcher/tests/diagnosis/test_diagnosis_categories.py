@@ -1028,7 +1028,8 @@ def test_a_running_job_with_a_pod_no_node_can_take_is_unschedulable() -> None:
 def test_kuberay_head_pod_refused_by_a_resource_quota_is_quota_exceeded() -> None:
     event = core_event(
         "FailedToCreateHeadPod",
-        'Failed to create head Pod default/ray-head-x, pods "ray-head-x" is forbidden: exceeded quota: '
+        "Failed to create head Pod default/rayjob-train-llm-0001-58685-head-x7k2p, "
+        'pods "rayjob-train-llm-0001-58685-head-x7k2p" is forbidden: exceeded quota: '
         "gpu-quota, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=8, "
         "limited: requests.nvidia.com/gpu=8",
         kind="RayCluster",

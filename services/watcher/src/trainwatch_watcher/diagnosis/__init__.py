@@ -11,8 +11,9 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
 2. A **decisive job verdict** of a Failed job: ``DeadlineExceeded`` (Job / TrainJob / RayJob
    reasons, Kubeflow's "active longer than specified deadline", Kueue
    ``MaximumExecutionTimeExceeded``), ``PodFailurePolicy`` (Job ``PodFailurePolicy``, JobSet
-   ``FailJobSetFailurePolicyAction``; the container, pod and exit code read from the rule's
-   message and enriched with that pod's evidence), ``ConfigError`` (``<Kind>FailedValidation``,
+   ``FailJobSetFailurePolicyAction``, a Volcano Job ``Terminated``/``Aborted`` by its policy; the
+   container, pod and exit code read from the rule's message and enriched with that pod's evidence,
+   or taken from the failed pod when the verdict names none), ``ConfigError`` (``<Kind>FailedValidation``,
    ``ValidationFailed``, ``ValidationError``, ``TrainingRuntimeNotSupported``). These explain the
    failure by themselves: pods killed by a deadline are its consequence, not its cause.
 3. **Pod failures**, the root cause among them: per pod, OOMKilled (current or last state) beats

@@ -452,6 +452,9 @@ def job_verdict(job: JobEvidence) -> tuple[Finding | None, bool]:
         return Finding(C.DEADLINE_EXCEEDED, reason, message, since=since), True
     if base in ("PodFailurePolicy", "FailJobSetFailurePolicyAction"):
         return _failure_policy(reason, message, since), True
+    if job.kind == "volcanojob" and base in ("Terminated", "Aborted"):
+        # A TerminateJob / AbortJob policy action (Terminating -> Terminated, Aborting -> Aborted).
+        return Finding(C.POD_FAILURE_POLICY, reason, message, since=since), True
     if base.endswith("FailedValidation") or base in (
         "ValidationFailed",
         "ValidationError",
@@ -816,11 +819,11 @@ def _waiting(
     if job.phase is Phase.RUNNING:
         # Running, and a pod no node can take (a replacement, the last replica): that is news.
         return _best(with_resource) if with_resource else None
-    if workload is not None and (found := workload_finding(workload)) is not None:
-        # Admitted, pods not ready yet (WaitForStart) is every admitted job's first moment: a pod
-        # that no node can take is the reason it lasts.
-        if not (with_resource and found.reason == "WaitForStart"):
-            return found
+    found = workload_finding(workload) if workload is not None else None
+    # Admitted, pods not ready yet (WaitForStart) is every admitted job's first moment: a pod that
+    # no node can take is the reason it lasts.
+    if found is not None and not (with_resource and found.reason == "WaitForStart"):
+        return found
     if podgroup is not None and (found := podgroup_finding(podgroup)) is not None:
         # A gang that cannot start: its members' scheduler messages say what is short.
         if found.category is C.GANG_WAITING and found.resource is None and with_resource:
@@ -836,8 +839,21 @@ def _waiting(
 
 
 def _enrich(verdict: Finding, findings: Sequence[Finding]) -> Finding:
-    """A decisive job verdict, with the pod evidence of the pod it names (podFailurePolicy)."""
+    """A decisive job verdict, with the pod evidence of the pod it names (podFailurePolicy); a
+    policy verdict that names no pod (JobSet's FailJobSet, Volcano's TerminateJob) takes the
+    failed pod's."""
     if verdict.pod_name is None:
+        failures = [f for f in findings if f.category in FAILURES and f.pod is not None]
+        if verdict.category is C.POD_FAILURE_POLICY and (best := _best(failures)) is not None:
+            return replace(
+                verdict,
+                pod=best.pod,
+                container=best.container,
+                container_name=best.container.name if best.container else None,
+                exit_code=verdict.exit_code if verdict.exit_code is not None else best.exit_code,
+                signal=verdict.signal if verdict.signal is not None else best.signal,
+                restarts=best.restarts,
+            )
         return verdict
     for finding in findings:
         if finding.pod is not None and finding.pod.name == verdict.pod_name:
