@@ -97,6 +97,8 @@ class Informer(WatchHooks):
         self._diagnoser = (
             JobDiagnoser(spec.kind.key, evidence.cache, spec.options) if evidence is not None else None
         )
+        # Whether a job's evidence links can move without a status change (RayJob's cluster name).
+        self._relinks = self._diagnoser is not None and spec.kind.key == "rayjob"
         # The consumer and the re-diagnosis task both emit: one at a time, so sequences stay in order.
         self._emitting: contextlib.AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if evidence is not None else contextlib.nullcontext()
@@ -299,6 +301,8 @@ class Informer(WatchHooks):
                 if inputs is not None and record is not None and record.inputs == inputs:
                     # Same inputs as the last computed status: the same status again (a fixed
                     # point, see kubeflow_v1.decision_inputs), so nothing to emit or remember.
+                    if self._relinks:
+                        self._diagnoser.relink(uid, obj)  # type: ignore[union-attr, arg-type]
                     if (commit := self._unchanged(resource_version)) is not None:
                         await self._queue.put(commit)
                     return

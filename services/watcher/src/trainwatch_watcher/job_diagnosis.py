@@ -107,6 +107,21 @@ class JobDiagnoser:
         self._tracked[uid] = tracked
         return tracked
 
+    def relink(self, uid: str, obj: Mapping[str, Any]) -> None:
+        """A job event that changed none of its status inputs may still move its links (a RayJob
+        names its RayCluster in a status field the phase does not read)."""
+        tracked = self._tracked.get(uid)
+        links = job_links(self._kind_key, obj)
+        if tracked is None or links is None or links == tracked.links:
+            return
+        keys = links.keys()
+        self._unindex(uid, tracked.keys - keys)
+        for key in keys:
+            self._by_key.setdefault(key, set()).add(uid)
+        tracked.links, tracked.keys = links, keys
+        self.dirty.add(uid)
+        self.wake.set()
+
     def forget(self, uid: str) -> None:
         old = self._tracked.pop(uid, None)
         if old is not None:
