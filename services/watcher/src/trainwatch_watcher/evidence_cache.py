@@ -255,7 +255,8 @@ class EvidenceCache:
         if event.type != "Warning":
             return self._remove_event(key)
         involved = _map(obj.get("involvedObject")) or _map(obj.get("regarding"))
-        namespace = involved.get("namespace") if isinstance(involved.get("namespace"), str) else key[0]
+        given = involved.get("namespace")
+        namespace: str = given if isinstance(given, str) and given else key[0]
         target = (namespace, event.object_name)
         previous = self._event_objects.get(key)
         keys = self._remove_event(key) if previous is not None and previous[0] != target else set()
