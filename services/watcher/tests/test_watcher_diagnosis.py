@@ -11,6 +11,7 @@ from watcher_harness import (
     HealthEvents,
     JobEvents,
     RunningWatcher,
+    make_settings,
     truth_by_uid,
     wait_for_truth,
 )
@@ -208,3 +209,44 @@ async def test_a_cluster_that_may_not_read_pods_still_watches_every_job_and_says
     assert last is not None
     assert (last.reachable, last.last_error) == (True, None)
     assert all(k.state == "watching" for k in last.kinds.values() if k.state != "not_installed")
+
+
+async def test_log_tails_when_enabled_carry_the_failing_containers_last_lines_redacted(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    nats_url: str,
+    redis_url: str,
+    job_events: JobEvents,
+) -> None:
+    cluster = await sim.add_cluster("logs", seed=4)
+    await registry.add(cluster)
+    watcher = RunningWatcher(make_settings(nats_url, redis_url, diagnosis_log_tails=True), registry)
+    await watcher.start()
+    try:
+        await watcher.wait_synced("logs", informers=len(cluster.kinds))
+        driver = kubesim.ScenarioDriver(cluster, seed=4, rate=None)
+        truths = [
+            await driver.run_diagnosis("PyTorchJob", "ExitCode"),
+            await driver.run_diagnosis("Job", "CrashLoop"),
+        ]
+        await _wait_diagnoses(job_events, truths, "logs")
+
+        def tails() -> dict[str, list[JobStatusEvent]]:
+            by_uid = _by_uid(job_events, "logs")
+            found = {
+                t.uid: [e for e in by_uid[t.uid] if e.diagnosis and e.diagnosis.log_tail] for t in truths
+            }
+            return found if all(found.values()) else {}
+
+        found = await eventually(tails, message="log tails on the diagnoses")
+        for truth in truths:
+            assert len(found[truth.uid]) == 1, f"{truth.name}: the tail went out more than once"
+            tail = found[truth.uid][0].diagnosis.log_tail  # type: ignore[union-attr]
+            assert tail is not None
+            assert (tail.container, tail.previous) == (truth.container, truth.previous_log)
+            assert tail.lines[-1] == truth.log_tail[-1]
+            if truth.log_secret:
+                assert tail.redacted
+                assert all(truth.log_secret not in line for line in tail.lines)
+    finally:
+        await watcher.stop()

@@ -190,7 +190,14 @@ class ClusterWorker:
         )
         crd_feed = asyncio.create_task(self._follow_crds(client), name=f"crd feed {self.spec.id}")
         if self._settings.diagnosis_enabled:
-            self.evidence = EvidenceFeed(client, self._settings, self.spec.id)
+            self.evidence = EvidenceFeed(
+                client,
+                self._settings,
+                self.spec.id,
+                log_tails=self._settings.diagnosis_log_tails,
+                log_timeout=self._settings.diagnosis_log_timeout,
+                log_concurrency=self._settings.diagnosis_log_concurrency,
+            )
         try:
             served = await served_kinds(client)
             while True:
@@ -205,7 +212,10 @@ class ClusterWorker:
                 if self.evidence is not None:
                     # Before the informers: they wait for the evidence to be listed.
                     optional = await served_evidence_kinds(client)
-                    await self.evidence.reconcile(evidence_sources({k for k, _ in desired}, optional))
+                    sources = evidence_sources(
+                        {k for k, _ in desired}, optional, log_tails=self._settings.diagnosis_log_tails
+                    )
+                    await self.evidence.reconcile(sources)
                 await tasks.reconcile(desired)
                 await self.report_health()
                 served = await self._wait_and_rediscover(client, served, backoff)

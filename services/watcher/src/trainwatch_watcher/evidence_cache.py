@@ -176,6 +176,12 @@ class EvidenceCache:
     def event_count(self) -> int:
         return len(self._event_objects)
 
+    def touch_pod(self, namespace: str, name: str) -> None:
+        """Something about the pod that is not in it arrived (its log tail): wake its jobs."""
+        pod = self._pods.get((namespace, name))
+        if pod is not None:
+            self._notify(self._pod_keys(namespace, pod.labels))
+
     # -- applying watch events ----------------------------------------------------------------
     def apply(self, what: str, source: str, event_type: str, obj: Mapping[str, Any]) -> None:
         """One watch event of an evidence source: ``what`` is pod, event, workload or podgroup."""

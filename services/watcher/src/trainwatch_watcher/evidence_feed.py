@@ -21,6 +21,7 @@ from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.evidence_cache import EvidenceCache, ObjectKey
 from trainwatch_watcher.kube.client import KubeClient
 from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
+from trainwatch_watcher.log_tails import LogTails
 from trainwatch_watcher.settings import WatchTimings
 from trainwatch_watcher.taskmap import TaskMap
 
@@ -56,7 +57,7 @@ POD_FAMILIES: dict[str, tuple[str, ...]] = {
 class Source:
     """One evidence watch."""
 
-    what: str  # pod | event | workload | podgroup
+    what: str  # pod | event | workload | podgroup | logs (the log tail fetcher, not a watch)
     kind: JobKind
     label_selector: str | None = None
     field_selector: str | None = None
@@ -68,8 +69,11 @@ class Source:
         return f"{self.kind.plural}{group}"
 
 
-def evidence_sources(job_kinds: Iterable[str], optional: Iterable[str]) -> dict[str, Source]:
-    """The watches the watched job kinds and the served evidence CRDs ask for."""
+def evidence_sources(
+    job_kinds: Iterable[str], optional: Iterable[str], *, log_tails: bool = False
+) -> dict[str, Source]:
+    """The watches the watched job kinds and the served evidence CRDs ask for (and the log tail
+    fetcher, when enabled)."""
     sources: dict[str, Source] = {}
     for family in sorted({f for key in job_kinds for f in POD_FAMILIES.get(key, ())}):
         sources[f"pods/{family}"] = Source("pod", POD, label_selector=KIND_POD_SELECTORS[family])
@@ -81,6 +85,8 @@ def evidence_sources(job_kinds: Iterable[str], optional: Iterable[str]) -> dict[
         for kind in (VOLCANO_PODGROUP, COSCHEDULING_PODGROUP):
             if kind.key in served:
                 sources[kind.key] = Source("podgroup", kind)
+        if log_tails:
+            sources["logs"] = Source("logs", POD)
     return sources
 
 
@@ -103,8 +109,22 @@ class _SourceStatus(WatchHooks):
 class EvidenceFeed:
     """The evidence watches of one cluster, reconciled like its informers."""
 
-    def __init__(self, client: KubeClient, timings: WatchTimings, cluster_id: str) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        timings: WatchTimings,
+        cluster_id: str,
+        *,
+        log_tails: bool = False,
+        log_timeout: float = 5.0,
+        log_concurrency: int = 4,
+    ) -> None:
         self.cache = EvidenceCache()
+        self.logs = (
+            LogTails(client, touched=self.cache.touch_pod, timeout=log_timeout, concurrency=log_concurrency)
+            if log_tails
+            else None
+        )
         self._client = client
         self._timings = timings
         self._cluster_id = cluster_id
@@ -126,7 +146,11 @@ class EvidenceFeed:
 
     def ready(self) -> bool:
         """Every source has listed or failed at least once: what diagnosis can read is there."""
-        return all(s.synced or s.error is not None for s in self._status.values())
+        return all(
+            s.synced or s.error is not None
+            for key, s in self._status.items()
+            if key != "logs"  # fetches on demand: nothing to list
+        )
 
     async def wait_ready(self, timeout: float) -> None:
         try:
@@ -155,9 +179,15 @@ class EvidenceFeed:
                 problem = f"cannot watch {resource}: {str(error)[:120]}"
             if problem not in out:
                 out.append(problem)
+        if self.logs is not None and self.logs.forbidden:
+            out.append("forbidden to get pods/log")
         return out
 
     async def _run(self, key: str, source: Source) -> None:
+        if source.what == "logs":
+            if self.logs is not None:
+                await self.logs.run()
+            return
         status = self._status.setdefault(key, _SourceStatus())
         hooks = _Hooks(status, self._changed)
         watcher = Watcher(

@@ -29,11 +29,10 @@ from prometheus_client import Counter
 
 from trainwatch_common.events.envelope import job_event_json
 from trainwatch_watcher import errors, job_events, recovery, transitions
-from trainwatch_watcher.diagnosis import diagnosis_changed
 from trainwatch_watcher.evidence_feed import EvidenceFeed
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer_spec import InformerSpec
-from trainwatch_watcher.job_diagnosis import JobDiagnoser, event_extras, first_running_at
+from trainwatch_watcher.job_diagnosis import JobDiagnoser, event_extras, first_running_at, is_news
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
@@ -95,7 +94,9 @@ class Informer(WatchHooks):
         self._evidence = evidence
         self._evidence_ready_timeout = evidence_ready_timeout
         self._diagnoser = (
-            JobDiagnoser(spec.kind.key, evidence.cache, spec.options) if evidence is not None else None
+            JobDiagnoser(spec.kind.key, evidence.cache, spec.options, evidence.logs)
+            if evidence is not None
+            else None
         )
         # Whether a job's evidence links can move without a status change (RayJob's cluster name).
         self._relinks = self._diagnoser is not None and spec.kind.key == "rayjob"
@@ -381,7 +382,7 @@ class Informer(WatchHooks):
             tracked = self._diagnoser.track(uid, obj, status)
             self._diagnoser.dirty.discard(uid)  # diagnosed here, now
             new_diagnosis = self._diagnoser.diagnose(uid, now)
-            if emission is None and record is not None and diagnosis_changed(diagnosis, new_diagnosis):
+            if emission is None and record is not None and is_news(diagnosis, new_diagnosis):
                 emission = _diagnosis_update(record.slot, status)
             if emission is not None:
                 diagnosis = new_diagnosis
@@ -420,7 +421,7 @@ class Informer(WatchHooks):
             return
         now = datetime.now(UTC)
         diagnosis = diagnoser.diagnose(uid, now)
-        if not diagnosis_changed(record.diagnosis, diagnosis):
+        if not is_news(record.diagnosis, diagnosis):
             return
         emission = _diagnosis_update(record.slot, tracked.status)
         new = JobRecord(emission.slot, record.last, diagnosis, record.first_running_at, inputs=record.inputs)

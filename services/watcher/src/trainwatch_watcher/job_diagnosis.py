@@ -16,9 +16,18 @@ from typing import Any
 from trainwatch_common.events.clusters import WatchOptions
 from trainwatch_common.events.diagnosis import Diagnosis, JobResources
 from trainwatch_common.events.jobs import Phase
-from trainwatch_watcher.diagnosis import JobEvidence, diagnose, job_evidence, job_times, summarize_resources
+from trainwatch_watcher.diagnosis import (
+    JobEvidence,
+    diagnose,
+    diagnosis_changed,
+    job_evidence,
+    job_times,
+    log_request,
+    summarize_resources,
+)
 from trainwatch_watcher.evidence_cache import EvidenceCache, JobLinks, job_links
 from trainwatch_watcher.kinds.model import NormalizedStatus
+from trainwatch_watcher.log_tails import LogTails
 from trainwatch_watcher.records import JobRecord
 
 
@@ -49,9 +58,12 @@ def _event_metadata(metadata: Mapping[str, Any], options: WatchOptions) -> dict[
 
 
 class JobDiagnoser:
-    def __init__(self, kind_key: str, cache: EvidenceCache, options: WatchOptions) -> None:
+    def __init__(
+        self, kind_key: str, cache: EvidenceCache, options: WatchOptions, logs: LogTails | None = None
+    ) -> None:
         self._kind_key = kind_key
         self._cache = cache
+        self._logs = logs
         self._options = options
         self._tracked: dict[str, Tracked] = {}
         self._by_key: dict[str, set[str]] = {}
@@ -143,7 +155,22 @@ class JobDiagnoser:
         cache, links = self._cache, tracked.links
         pods = cache.pods_of(links)
         events = cache.events_of(links, pods)
-        return diagnose(tracked.job, pods, events, cache.workload_of(links), cache.podgroup_of(links), now)
+        diagnosis = diagnose(
+            tracked.job, pods, events, cache.workload_of(links), cache.podgroup_of(links), now
+        )
+        if self._logs is not None and (request := log_request(diagnosis, pods)) is not None:
+            tail = self._logs.tail(links.namespace, request)
+            if tail is not None and diagnosis is not None:
+                diagnosis = diagnosis.model_copy(update={"log_tail": tail})
+        return diagnosis
+
+
+def is_news(old: Diagnosis | None, new: Diagnosis | None) -> bool:
+    """``diagnosis_changed``, or the log tail of the same diagnosis arrived (fetched after it went
+    out: it rides a diagnosis update of its own, once)."""
+    if diagnosis_changed(old, new):
+        return True
+    return new is not None and new.log_tail is not None and (old is None or old.log_tail is None)
 
 
 def first_running_at(record: JobRecord | None, status: NormalizedStatus, now: datetime) -> datetime | None:

@@ -83,10 +83,14 @@ def trim(status: NormalizedStatus) -> NormalizedStatus:
 
 
 def checkpointed(diagnosis: Diagnosis | None) -> Diagnosis | None:
-    """What a record keeps of a diagnosis: all but its events and log tail."""
-    if diagnosis is None or (not diagnosis.events and diagnosis.log_tail is None):
+    """What a record keeps of a diagnosis: all but its events and log lines (whether a tail was
+    sent is kept: it is sent once)."""
+    if diagnosis is None or (
+        not diagnosis.events and (diagnosis.log_tail is None or not diagnosis.log_tail.lines)
+    ):
         return diagnosis
-    return diagnosis.model_copy(update={"events": [], "log_tail": None})
+    tail = diagnosis.log_tail.model_copy(update={"lines": []}) if diagnosis.log_tail is not None else None
+    return diagnosis.model_copy(update={"events": [], "log_tail": tail})
 
 
 def encode_record(record: JobRecord) -> bytes:

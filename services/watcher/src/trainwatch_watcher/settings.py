@@ -93,6 +93,11 @@ class WatcherSettings(WatchTimings, ClaimSettings):
         True,
         description="Watch pods, Warning events, Workloads and PodGroups; put a diagnosis on job events",
     )
+    diagnosis_log_tails: bool = Field(
+        False, description="Attach the redacted tail of the failing container's log (needs get pods/log)"
+    )
+    diagnosis_log_timeout: float = Field(5.0, gt=0, description="Seconds one log tail fetch may take")
+    diagnosis_log_concurrency: int = Field(4, ge=1, description="Log tail fetches at a time, per cluster")
     diagnosis_ready_timeout: float = Field(
         10.0, gt=0, description="How long job informers wait for the evidence to be listed before they start"
     )
