@@ -183,8 +183,16 @@ class EvidenceCache:
             self._notify(self._pod_keys(namespace, pod.labels))
 
     # -- applying watch events ----------------------------------------------------------------
-    def apply(self, what: str, source: str, event_type: str, obj: Mapping[str, Any]) -> None:
-        """One watch event of an evidence source: ``what`` is pod, event, workload or podgroup."""
+    def apply(
+        self,
+        what: str,
+        source: str,
+        event_type: str,
+        obj: Mapping[str, Any],
+        pending: Mapping[str, Any] | None = None,
+    ) -> None:
+        """One watch event of an evidence source: ``what`` is pod, event, workload or podgroup;
+        ``pending``: a Workload's item of Kueue's visibility API (its queue positions)."""
         metadata = _map(obj.get("metadata"))
         namespace, name = metadata.get("namespace"), metadata.get("name")
         if not (isinstance(namespace, str) and isinstance(name, str)):
@@ -197,7 +205,7 @@ class EvidenceCache:
         elif what == "event":
             self._notify(self._remove_event(key) if deleted else self._put_event(key, obj, source))
         elif what in ("workload", "podgroup"):
-            self._notify(self._put_owned(what, key, None if deleted else obj, source))
+            self._notify(self._put_owned(what, key, None if deleted else obj, source, pending))
 
     def forget_source(self, source: str, keep: set[ObjectKey]) -> None:
         """After a relist of ``source``: what it no longer lists is gone."""
@@ -296,7 +304,14 @@ class EvidenceCache:
         kind = event.object_kind if event is not None else None
         return self._event_keys(target[0], kind, target[1], None)
 
-    def _put_owned(self, what: str, key: ObjectKey, obj: Mapping[str, Any] | None, source: str) -> set[str]:
+    def _put_owned(
+        self,
+        what: str,
+        key: ObjectKey,
+        obj: Mapping[str, Any] | None,
+        source: str,
+        pending: Mapping[str, Any] | None = None,
+    ) -> set[str]:
         index = self._workloads if what == "workload" else self._podgroups
         owned_key = (what, *key)
         old = self._owned.pop(owned_key, None)
@@ -307,7 +322,7 @@ class EvidenceCache:
                 keys.add(f"uid={uid}")
         if obj is None:
             return keys
-        trimmed = trim_workload(obj) if what == "workload" else trim_podgroup(obj)
+        trimmed = trim_workload(obj, pending) if what == "workload" else trim_podgroup(obj)
         owners = _owner_uids(obj)
         if trimmed is None or not owners:
             return keys

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from trainwatch_common.kinds import JobKind
 from trainwatch_watcher import errors
@@ -36,6 +38,10 @@ COSCHEDULING_PODGROUP = JobKind(
 )
 # The CRD-served evidence kinds, found by discovery like the job kinds.
 OPTIONAL_KINDS = (WORKLOAD, VOLCANO_PODGROUP, COSCHEDULING_PODGROUP)
+
+# Seconds before Kueue's visibility API is asked again after it did not answer.
+VISIBILITY_RETRY = 60.0
+VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 
 # Job kind key -> the pod selector families (KIND_POD_SELECTORS) its pods are found by.
 POD_FAMILIES: dict[str, tuple[str, ...]] = {
@@ -131,6 +137,7 @@ class EvidenceFeed:
         self._status: dict[str, _SourceStatus] = {}
         self._tasks: TaskMap[str, Source] = TaskMap(self._run, lambda key: f"evidence {cluster_id}/{key}")
         self._changed = asyncio.Event()
+        self._visibility_off_until = 0.0
 
     async def reconcile(self, sources: dict[str, Source]) -> None:
         for key in list(self._status):
@@ -215,7 +222,47 @@ class EvidenceFeed:
                 metadata = obj.get("metadata")
                 if isinstance(metadata, dict):
                     listed.add((str(metadata.get("namespace")), str(metadata.get("name"))))
-            cache.apply(source.what, key, str(event_type), obj)
+            pending = None
+            if source.what == "workload" and event_type != "DELETED":
+                pending = await self._queue_position(obj)
+            cache.apply(source.what, key, str(event_type), obj, pending)
+
+    async def _queue_position(self, workload: dict[str, Any]) -> dict[str, Any] | None:
+        """A pending Workload's item of Kueue's visibility API (its positions), when it answers.
+
+        Asked when the Workload changes (positions of others move without that: not refreshed).
+        A server without the API (404) or credentials without it (403) are not asked again for
+        ``VISIBILITY_RETRY`` seconds."""
+        if time.monotonic() < self._visibility_off_until:
+            return None
+        metadata, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+        conditions = (workload.get("status") or {}).get("conditions") or []
+        if any(
+            isinstance(c, dict)
+            and c.get("type") in ("QuotaReserved", "Finished")
+            and c.get("status") == "True"
+            for c in conditions
+        ):
+            return None
+        namespace, name, queue = metadata.get("namespace"), metadata.get("name"), spec.get("queueName")
+        if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(queue, str) and queue):
+            return None
+        path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
+        try:
+            async with asyncio.timeout(self._timings.connect_timeout):
+                answer = await self._client.get_json(path, {"limit": "1000"})
+        except (errors.WatcherError, TimeoutError) as exc:
+            self._visibility_off_until = time.monotonic() + VISIBILITY_RETRY
+            log.info(
+                "Kueue visibility API not answering",
+                extra={"cluster": self._cluster_id, "error": str(exc)[:200]},
+            )
+            return None
+        items = answer.get("items")
+        for item in items if isinstance(items, list) else ():
+            if isinstance(item, dict) and (item.get("metadata") or {}).get("name") == name:
+                return item
+        return None
 
 
 class _Hooks(WatchHooks):
