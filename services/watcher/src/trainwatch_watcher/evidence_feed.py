@@ -100,16 +100,12 @@ async def served_evidence_kinds(client: KubeClient) -> set[str]:
     return set(await served_kinds(client, OPTIONAL_KINDS))
 
 
-class _SourceStatus(WatchHooks):
+class _SourceStatus:
+    """Whether a source has listed, and its last error (cleared once it is connected again)."""
+
     def __init__(self) -> None:
         self.synced = False
         self.error: errors.WatcherError | None = None
-
-    def on_reconnect(self, error: BaseException) -> None:
-        self.error = error if isinstance(error, errors.WatcherError) else None
-
-    def on_connected(self) -> None:
-        self.error = None
 
 
 class EvidenceFeed:
@@ -271,8 +267,8 @@ class _Hooks(WatchHooks):
         self._changed = changed
 
     def on_reconnect(self, error: BaseException) -> None:
-        self._status.on_reconnect(error)
+        self._status.error = error if isinstance(error, errors.WatcherError) else None
         self._changed.set()
 
     def on_connected(self) -> None:
-        self._status.on_connected()
+        self._status.error = None

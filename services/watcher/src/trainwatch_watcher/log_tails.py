@@ -77,6 +77,9 @@ class LogTails:
             key = await self._queue.get()
             try:
                 tail = await self._fetch(key)
+            except Exception:  # a bug or an unreadable answer: this tail only, the fetcher goes on
+                log.exception("log tail failed", extra={"pod": f"{key[0]}/{key[1]}"})
+                tail = None
             finally:
                 self._asked.discard(key)
             self._kept[key] = tail
