@@ -31,8 +31,8 @@ COMPARED = ("category", "role", "pod", "container", "exit_code", "signal", "node
 POD_LEVEL = {"Preempted", "Evicted", "NodeFailure", "Unschedulable", "GangWaiting", "QuotaExceeded"}
 #   BackoffLimitExceeded: the engine reports the root cause (the truth's ``cause``, or CrashLoop for
 #   Kubeflow's in-place restarts) with the backoff limit in its summary, from the first failed pod;
-#   a JobSet/TrainJob's DeadlineExceeded lives on its child Jobs, which the watcher does not read.
-CHILD_JOB_VERDICT = {("JobSet", "DeadlineExceeded"), ("TrainJob", "DeadlineExceeded")}
+#   a JobSet's DeadlineExceeded lives on its child Jobs, which the watcher does not read.
+CHILD_JOB_VERDICT = {("JobSet", "DeadlineExceeded")}
 
 
 def _categories() -> list[str]:
