@@ -133,7 +133,7 @@ async def test_an_idle_watch_without_bookmarks_is_not_reconnected_before_its_tim
         await watcher.wait_synced("alpha", informers=1)
 
         def job_watches() -> set[object]:
-            return {h for h in alpha.hub.active if h.request.spec is not kubesim.CRD}
+            return {h for h in alpha.hub.active if h.request.spec.job and h.request.spec is not kubesim.CRD}
 
         await eventually(lambda: len(job_watches()) == 1, message="watching")
         watches = job_watches()

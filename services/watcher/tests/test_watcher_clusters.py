@@ -252,7 +252,9 @@ async def test_watch_options_namespaces_kinds_owner_and_removal(
     event = job_events.events[-1]
     assert event.owner and event.labels.get("team")  # noqa: PT018
     # A namespaced watch was used, not a cluster-wide one filtered here.
-    watches = [h.request for h in alpha.hub.active if h.request.spec is not kubesim.CRD]
+    watches = [
+        h.request for h in alpha.hub.active if h.request.spec.job and h.request.spec is not kubesim.CRD
+    ]
     assert [(w.spec.plural, w.namespace) for w in watches] == [("pytorchjobs", "team-a")]
 
     # Adding a kind starts its informer and leaves the other one running as it was.

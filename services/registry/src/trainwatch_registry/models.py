@@ -131,6 +131,9 @@ class HealthPublic(BaseModel):
         default_factory=dict,
         description="Per kind key: watching, starting, forbidden, not_installed, failing",
     )
+    diagnosis_error: str | None = Field(
+        None, description='e.g. "diagnosis unavailable: forbidden to list pods" (jobs are still watched)'
+    )
 
 
 class ClusterPublic(BaseModel):

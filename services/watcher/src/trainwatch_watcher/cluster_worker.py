@@ -24,6 +24,7 @@ from trainwatch_watcher import errors
 from trainwatch_watcher.connections import ConnectionSource
 from trainwatch_watcher.crd_feed import follow_crds
 from trainwatch_watcher.discovery import served_kinds
+from trainwatch_watcher.evidence_feed import EvidenceFeed, evidence_sources, served_evidence_kinds
 from trainwatch_watcher.health import HealthPublisher
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer import Informer
@@ -134,6 +135,7 @@ class ClusterWorker:
         # when) are looked for every kind_return_poll seconds.
         self._crd_feed_live = False
         self._kinds_gone: dict[str, float] = {}
+        self.evidence: EvidenceFeed | None = None
 
     # -- called by the supervisor -------------------------------------------------------------
     def update(self, spec: ClusterSpec) -> None:
@@ -189,6 +191,15 @@ class ClusterWorker:
             lambda key: f"informer {self.spec.id}/{key[0]}/{key[1]}",
         )
         crd_feed = asyncio.create_task(self._follow_crds(client), name=f"crd feed {self.spec.id}")
+        if self._settings.diagnosis_enabled:
+            self.evidence = EvidenceFeed(
+                client,
+                self._settings,
+                self.spec.id,
+                log_tails=self._settings.diagnosis_log_tails,
+                log_timeout=self._settings.diagnosis_log_timeout,
+                log_concurrency=self._settings.diagnosis_log_concurrency,
+            )
         try:
             served = await served_kinds(client)
             while True:
@@ -199,15 +210,24 @@ class ClusterWorker:
                     self._set_error(NO_JOB_KINDS, no_kinds=True)
                 elif self._error_is_no_kinds or not self._informer_errors():
                     self._set_error(None)
-                await tasks.reconcile(
-                    informer_specs(self.spec, served, epoch=self.epoch, owner=self._deps.owner)
-                )
+                desired = informer_specs(self.spec, served, epoch=self.epoch, owner=self._deps.owner)
+                if self.evidence is not None:
+                    # Before the informers: they wait for the evidence to be listed.
+                    optional = await served_evidence_kinds(client)
+                    sources = evidence_sources(
+                        {k for k, _ in desired}, optional, log_tails=self._settings.diagnosis_log_tails
+                    )
+                    await self.evidence.reconcile(sources)
+                await tasks.reconcile(desired)
                 await self.report_health()
                 served = await self._wait_and_rediscover(client, served, backoff)
         finally:
             crd_feed.cancel()
             await asyncio.gather(crd_feed, return_exceptions=True)
             await tasks.stop_all()
+            if self.evidence is not None:
+                await self.evidence.stop()
+                self.evidence = None
             self.informers.clear()
             await client.close()
 
@@ -287,6 +307,8 @@ class ClusterWorker:
                 on_kind_gone=self.request_rediscovery,
                 fence=self._deps.fence,
                 history=self._deps.history,
+                evidence=self.evidence,
+                evidence_ready_timeout=self._settings.diagnosis_ready_timeout,
             )
             self.informers[key] = informer
             started = time.monotonic()
@@ -334,7 +356,12 @@ class ClusterWorker:
             epoch=self.epoch,
             observed_at=datetime.now(UTC),
             kinds=kinds_health(self.kinds_served, ((k[0], i.status) for k, i in self.informers.items())),
+            diagnosis_error=self._diagnosis_error(),
         )
+
+    def _diagnosis_error(self) -> str | None:
+        problems = self.evidence.problems() if self.evidence is not None else []
+        return f"diagnosis unavailable: {', '.join(problems)}" if problems else None
 
     async def report_health(self, *, force: bool = False) -> None:
         health = self.health()
@@ -347,6 +374,7 @@ class ClusterWorker:
             tuple(health.kinds_served),
             health.informers_running,
             health.last_error,
+            health.diagnosis_error,
             tuple((k, h.state, h.recovered_at) for k, h in health.kinds.items()),
         )
         now = time.monotonic()

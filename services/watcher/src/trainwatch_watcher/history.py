@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import orjson
@@ -24,12 +25,14 @@ from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
+from pydantic import ValidationError
 
+from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_common.streams import JOBS_STREAM
 from trainwatch_common.subjects import job_filter
 from trainwatch_watcher.kinds.model import NormalizedStatus
-from trainwatch_watcher.records import JobRecord
+from trainwatch_watcher.records import JobRecord, checkpointed
 from trainwatch_watcher.recovery import StreamHead
 from trainwatch_watcher.transitions import Slot
 
@@ -142,7 +145,16 @@ def parse_stored(raw: bytes) -> StoredEvent | None:
             restart_counter=restart_count,
             queue=data.get("queue"),
         )
-        record = None if change == "deleted" else JobRecord(slot=slot, last=last)
+        record = None
+        if change != "deleted":
+            record = JobRecord(
+                slot=slot,
+                last=last,
+                diagnosis=checkpointed(Diagnosis.model_validate(data["diagnosis"]))
+                if data.get("diagnosis")
+                else None,
+                first_running_at=_first_running_at(data),
+            )
         return StoredEvent(
             event_id=str(data["event_id"]),
             uid=str(job["uid"]),
@@ -150,6 +162,14 @@ def parse_stored(raw: bytes) -> StoredEvent | None:
             sequence=sequence,
             head=StreamHead(sequence=sequence, record=record, resource_version=job.get("resource_version")),
         )
-    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError):
+    except (KeyError, TypeError, ValueError, orjson.JSONDecodeError, ValidationError):
         log.warning("unreadable event in the JOBS stream skipped")
         return None
+
+
+def _first_running_at(data: dict[str, Any]) -> datetime | None:
+    """When the job first ran, as its event tells it: created + queue wait, once it has run."""
+    created, wait = data.get("created_at"), data.get("queue_wait_seconds")
+    if data.get("run_seconds") is None or not isinstance(created, str) or not isinstance(wait, int | float):
+        return None
+    return datetime.fromisoformat(created) + timedelta(seconds=wait)

@@ -15,6 +15,7 @@ A full queue stops the consumer (back-pressure); nothing is dropped.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -28,8 +29,10 @@ from prometheus_client import Counter
 
 from trainwatch_common.events.envelope import job_event_json
 from trainwatch_watcher import errors, job_events, recovery, transitions
+from trainwatch_watcher.evidence_feed import EvidenceFeed
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer_spec import InformerSpec
+from trainwatch_watcher.job_diagnosis import JobDiagnoser, event_extras, first_running_at, is_news
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube.client import KubeClient
@@ -83,8 +86,24 @@ class Informer(WatchHooks):
         on_kind_gone: Any = None,
         fence: Callable[[str, int], bool] | None = None,
         history: StreamHistory | None = None,
+        evidence: EvidenceFeed | None = None,
+        evidence_ready_timeout: float = 10.0,
     ) -> None:
         self.spec = spec
+        # The cluster's diagnosis evidence; None: events carry no diagnosis.
+        self._evidence = evidence
+        self._evidence_ready_timeout = evidence_ready_timeout
+        self._diagnoser = (
+            JobDiagnoser(spec.kind.key, evidence.cache, spec.options, evidence.logs)
+            if evidence is not None
+            else None
+        )
+        # Whether a job's evidence links can move without a status change (RayJob's cluster name).
+        self._relinks = self._diagnoser is not None and spec.kind.key == "rayjob"
+        # The consumer and the re-diagnosis task both emit: one at a time, so sequences stay in order.
+        self._emitting: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if evidence is not None else contextlib.nullcontext()
+        )
         self._fence = fence
         # The JOBS stream as the record of what was emitted; None only in benchmarks of the
         # hot path and tests of one stage, which then trust the checkpoint alone.
@@ -184,6 +203,10 @@ class Informer(WatchHooks):
                     self._records_for_relist = recovered.records
                     self._closed_for_relist = recovered.closed
         self._metrics.cache_jobs.inc(len(self._records))
+        if self._evidence is not None:
+            # Diagnose the listed jobs from listed evidence, or a restart would call the evidence
+            # missing "news" (and emit it) before the pods arrive.
+            await self._evidence.wait_ready(self._evidence_ready_timeout)
         watcher = Watcher(
             client=self._client,
             target=WatchTarget(spec.kind, spec.namespace),
@@ -197,6 +220,8 @@ class Informer(WatchHooks):
                 self._committer = group.create_task(self._commit(), name=f"{spec.name} commit")
                 # Its own task, so a graceful stop can end it alone and let the commits finish.
                 self._consumer = group.create_task(self._consume(watcher), name=f"{spec.name} consume")
+                if self._diagnoser is not None:
+                    group.create_task(self._rediagnose(self._diagnoser), name=f"{spec.name} rediagnose")
                 # Until cancelled or a task fails. Waiting here, not in the group's exit, matters:
                 # Python 3.11's TaskGroup cancels its parent when a task fails but takes that
                 # cancellation back only if the body had not finished yet (fixed in 3.12).
@@ -204,6 +229,8 @@ class Informer(WatchHooks):
         finally:
             self._metrics.informers_running.dec()
             self._metrics.cache_jobs.dec(len(self._records))
+            if self._diagnoser is not None:
+                self._diagnoser.close()
 
     async def _read_closed(self) -> None:
         """The deletions the stream holds, for a relist of a server that went back in time."""
@@ -251,11 +278,13 @@ class Informer(WatchHooks):
             if isinstance(item, Synced):
                 self.status.last_heard = time.monotonic()
                 self.status.synced = True
-                await self._on_synced(item)
+                async with self._emitting:
+                    await self._on_synced(item)
                 continue
             received.inc()
             # During a (re)list the checkpoint must not move: the list's rv comes with Synced.
-            await self._on_event(item, None if watcher.listing else watcher.resource_version)
+            async with self._emitting:
+                await self._on_event(item, None if watcher.listing else watcher.resource_version)
 
     async def _on_event(self, event: Mapping[str, Any], resource_version: str | None) -> None:
         event_type = event.get("type")
@@ -273,9 +302,12 @@ class Informer(WatchHooks):
                 if inputs is not None and record is not None and record.inputs == inputs:
                     # Same inputs as the last computed status: the same status again (a fixed
                     # point, see kubeflow_v1.decision_inputs), so nothing to emit or remember.
+                    if self._relinks:
+                        self._diagnoser.relink(uid, obj)  # type: ignore[union-attr, arg-type]
                     if (commit := self._unchanged(resource_version)) is not None:
                         await self._queue.put(commit)
                     return
+            extras = None
             if event_type == "DELETED":
                 write = StateWrite()
                 status = self._normalize_or_none(obj, record)
@@ -284,9 +316,10 @@ class Informer(WatchHooks):
                     del self._records[uid]
                     self._metrics.cache_jobs.dec()
                     write.delete.add(uid)
+                    extras = self._deleted_extras(uid, record, emission)
             elif event_type in ("ADDED", "MODIFIED"):
                 write = StateWrite()
-                emission = await self._observe(obj, record, uid, namespace, name, inputs, write)
+                emission, extras = await self._observe(obj, record, uid, namespace, name, inputs, write)
             else:
                 return
         except MalformedObject as exc:
@@ -296,7 +329,22 @@ class Informer(WatchHooks):
                 extra={"cluster": self.spec.cluster_id, "kind": self._kind_label, "reason": str(exc)[:300]},
             )
             return
-        await self._hand_over(emission, write, obj, uid, resource_version)
+        await self._hand_over(emission, write, obj, uid, resource_version, extras)
+
+    def _deleted_extras(
+        self, uid: str, record: JobRecord, emission: transitions.Emission | None
+    ) -> dict[str, Any] | None:
+        """A deletion carries the last diagnosis emitted (it is not a new one), and forgets the job."""
+        if self._diagnoser is None:
+            return None
+        tracked = self._diagnoser.tracked(uid)
+        self._diagnoser.forget(uid)
+        if emission is None:
+            return None
+        now = datetime.now(UTC)
+        return event_extras(
+            tracked, record.diagnosis, emission.status, record.first_running_at, record.slot.terminal, now
+        )
 
     def _in_scope(self, namespace: str) -> bool:
         """``spec.in_scope``, remembered per namespace (asked once per event)."""
@@ -314,19 +362,38 @@ class Informer(WatchHooks):
         name: str,
         inputs: object,
         write: StateWrite,
-    ) -> transitions.Emission | None:
-        """Normalize a live object; remember its status (in ``write`` too when it changed)."""
+    ) -> tuple[transitions.Emission | None, dict[str, Any] | None]:
+        """Normalize a live object; remember its status (in ``write`` too when it changed).
+
+        With diagnosis: the job's diagnosis goes on its transition, or, when the phase stayed and
+        the diagnosis is news, on a diagnosis update (the next sequence); returns the event's
+        diagnosis fields too."""
         related = await self._companion(namespace, name, _resource_version(obj["metadata"]))
         status = normalize_object(self.spec.kind, obj, record.last if record else None, related=related)
         previous = record.slot if record else None
         closed_at = self._closed.get(uid) if previous is None and self._closed else None
         emission = transitions.observe(previous, status, namespace=namespace, name=name, closed_at=closed_at)
         trimmed = trim(status)
+        extras = None
+        diagnosis = record.diagnosis if record else None
+        first_running = record.first_running_at if record else None
+        if self._diagnoser is not None:
+            now = datetime.now(UTC)
+            tracked = self._diagnoser.track(uid, obj, status)
+            self._diagnoser.dirty.discard(uid)  # diagnosed here, now
+            new_diagnosis = self._diagnoser.diagnose(uid, now)
+            if emission is None and record is not None and is_news(diagnosis, new_diagnosis):
+                emission = _diagnosis_update(record.slot, status)
+            if emission is not None:
+                diagnosis = new_diagnosis
+            first_running = first_running_at(record, status, now)
+            if emission is not None:
+                extras = event_extras(tracked, diagnosis, status, first_running, emission.slot.terminal, now)
         if emission is not None:
-            new = JobRecord(slot=emission.slot, last=trimmed, inputs=inputs)
-        elif record is not None and record.last != trimmed:
+            new = JobRecord(emission.slot, trimmed, diagnosis, first_running, inputs=inputs)
+        elif record is not None and (record.last != trimmed or record.first_running_at != first_running):
             # what the next normalization needs
-            new = JobRecord(slot=record.slot, last=trimmed, inputs=inputs)
+            new = JobRecord(record.slot, trimmed, record.diagnosis, first_running, inputs=inputs)
         else:
             new = None
             if record is not None:
@@ -336,7 +403,35 @@ class Informer(WatchHooks):
                 self._metrics.cache_jobs.inc()
             self._records[uid] = new
             write.put[uid] = new
-        return emission
+        return emission, extras
+
+    async def _rediagnose(self, diagnoser: JobDiagnoser) -> None:
+        """Jobs whose evidence changed (a pod failed, a Workload was admitted): a diagnosis that
+        is news becomes a diagnosis update, through the same publish-ack-checkpoint path."""
+        while True:
+            await diagnoser.wake.wait()
+            async with self._emitting:
+                for uid in sorted(diagnoser.take_dirty()):
+                    await self._rediagnose_one(diagnoser, uid)
+
+    async def _rediagnose_one(self, diagnoser: JobDiagnoser, uid: str) -> None:
+        record = self._records.get(uid)
+        tracked = diagnoser.tracked(uid)
+        if record is None or tracked is None:
+            return
+        now = datetime.now(UTC)
+        diagnosis = diagnoser.diagnose(uid, now)
+        if not is_news(record.diagnosis, diagnosis):
+            return
+        emission = _diagnosis_update(record.slot, tracked.status)
+        new = JobRecord(emission.slot, record.last, diagnosis, record.first_running_at, inputs=record.inputs)
+        self._records[uid] = new
+        write = StateWrite(put={uid: new})
+        extras = event_extras(
+            tracked, diagnosis, tracked.status, record.first_running_at, record.slot.terminal, now
+        )
+        obj = {"metadata": tracked.metadata}
+        await self._hand_over(emission, write, obj, uid, None, extras)
 
     async def _hand_over(
         self,
@@ -345,6 +440,7 @@ class Informer(WatchHooks):
         obj: Any,
         uid: str,
         resource_version: str | None,
+        extras: dict[str, Any] | None = None,
     ) -> None:
         """Publish what is to be emitted and queue its checkpoint change behind the ack."""
         if emission is None and not write:
@@ -356,7 +452,9 @@ class Informer(WatchHooks):
             self._idle_events = 0
         pending = None
         if emission is not None:
-            pending = await self._publish(emission, obj, _resource_version(obj["metadata"]) or "", uid=uid)
+            pending = await self._publish(
+                emission, obj, _resource_version(obj["metadata"]) or "", uid=uid, extras=extras
+            )
         await self._queue.put(Commit(pending, write, emission))
 
     def _unchanged(self, resource_version: str | None) -> Commit | None:
@@ -422,7 +520,12 @@ class Informer(WatchHooks):
             if self.spec.in_scope(record.slot.namespace):
                 emission = transitions.deleted(record.slot, None)
                 if emission is not None:
-                    pending = await self._publish(emission, None, synced.resource_version, uid=uid)
+                    extras = self._deleted_extras(uid, record, emission)
+                    pending = await self._publish(
+                        emission, None, synced.resource_version, uid=uid, extras=extras
+                    )
+            elif self._diagnoser is not None:
+                self._diagnoser.forget(uid)
             # else: its namespace is no longer watched: forget it without claiming a deletion.
             await self._queue.put(Commit(pending, write, emission))
         await self._queue.put(
@@ -436,6 +539,7 @@ class Informer(WatchHooks):
         resource_version: str,
         *,
         uid: str,
+        extras: Mapping[str, Any] | None = None,
     ) -> PendingPublish:
         if self._fence is not None and not self._fence(self.spec.cluster_id, self.spec.epoch):
             # After a pause (SIGSTOP, a long GC) the informers may run before the claim loop does.
@@ -443,7 +547,7 @@ class Informer(WatchHooks):
                 f"lease on {self.spec.cluster_id} (epoch {self.spec.epoch}) not proven"
             )
         document = job_events.event_document(
-            self.spec, emission, obj, resource_version, uid, observed_at=datetime.now(UTC)
+            self.spec, emission, obj, resource_version, uid, observed_at=datetime.now(UTC), extras=extras
         )
         return await self._publisher.submit(
             subject=job_events.subject_for(self.spec, emission.slot),
@@ -561,6 +665,15 @@ class _LabelledChildren:
         if child is None:
             child = self._children[label] = self._counter.labels(self._first_label, label)
         return child
+
+
+def _diagnosis_update(slot: transitions.Slot, status: NormalizedStatus) -> transitions.Emission:
+    """The phase stayed, the diagnosis changed: the next sequence, the same (phase, sub_phase)."""
+    sequence = slot.sequence + 1
+    new_slot = transitions.Slot(
+        slot.namespace, slot.name, sequence, slot.phase, slot.sub_phase, slot.terminal
+    )
+    return transitions.Emission("diagnosis", sequence, slot.phase, status, new_slot)
 
 
 def _identity(obj: Any) -> tuple[str, str, str, dict[str, Any]]:

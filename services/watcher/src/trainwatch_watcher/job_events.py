@@ -28,10 +28,12 @@ def event_document(
     resource_version: str,
     uid: str,
     observed_at: datetime,
+    extras: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The event of one emission as ``JobStatusEvent.model_dump(mode="json", exclude_none=True)``
     would give it (keys in the model's field order, None values left out), except that enums and
     datetimes are left for orjson to write. Identity comes from the slot, details from the status.
+    ``extras``: the diagnosis fields (``job_diagnosis.event_extras``), added after the others.
     """
     slot = emission.slot
     metadata: Mapping[str, Any] = {}
@@ -75,6 +77,7 @@ def event_document(
             "labels": labels,
             "owner": owner,
             "queue": status.queue,
+            **(extras or {}),
         }
     )
 

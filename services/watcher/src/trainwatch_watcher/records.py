@@ -8,10 +8,12 @@ status that the next normalization needs back (``trim``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import orjson
 
+from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.jobs import Phase, SubPhase
 from trainwatch_watcher.kinds.model import NormalizedStatus
 from trainwatch_watcher.transitions import Slot
@@ -26,6 +28,10 @@ class JobRecord:
 
     slot: Slot
     last: NormalizedStatus
+    # The diagnosis last emitted (so a restart does not emit the same one again), without its
+    # events and log tail (``diagnosis_changed`` reads neither), and when the job first ran.
+    diagnosis: Diagnosis | None = None
+    first_running_at: datetime | None = None
     # In memory only: the raw inputs ``last`` was computed from (catalog.decision_inputs_for), so
     # an update that changed none of them skips normalization. None: normalize the next update.
     inputs: object = field(default=None, compare=False)
@@ -76,10 +82,27 @@ def trim(status: NormalizedStatus) -> NormalizedStatus:
     )
 
 
+def checkpointed(diagnosis: Diagnosis | None) -> Diagnosis | None:
+    """What a record keeps of a diagnosis: all but its events and log lines (whether a tail was
+    sent is kept: it is sent once)."""
+    if diagnosis is None or (
+        not diagnosis.events and (diagnosis.log_tail is None or not diagnosis.log_tail.lines)
+    ):
+        return diagnosis
+    tail = diagnosis.log_tail.model_copy(update={"lines": []}) if diagnosis.log_tail is not None else None
+    return diagnosis.model_copy(update={"events": [], "log_tail": tail})
+
+
 def encode_record(record: JobRecord) -> bytes:
     slot, last = record.slot, record.last
+    extra: dict[str, Any] = {}
+    if record.diagnosis is not None:
+        extra["dg"] = checkpointed(record.diagnosis).model_dump(mode="json", exclude_none=True)  # type: ignore[union-attr]
+    if record.first_running_at is not None:
+        extra["fr"] = record.first_running_at.isoformat()
     return orjson.dumps(
         {
+            **extra,
             "ns": slot.namespace,
             "n": slot.name,
             "seq": slot.sequence,
@@ -121,4 +144,6 @@ def decode_record(raw: bytes) -> JobRecord:
         restart_counter=int(last.get("rcc") or 0),
         queue=last.get("q"),
     )
-    return JobRecord(slot=slot, last=status)
+    diagnosis = Diagnosis.model_validate(data["dg"]) if data.get("dg") else None
+    first_running_at = datetime.fromisoformat(data["fr"]) if data.get("fr") else None
+    return JobRecord(slot=slot, last=status, diagnosis=diagnosis, first_running_at=first_running_at)

@@ -89,6 +89,18 @@ class WatcherSettings(WatchTimings, ClaimSettings):
     kind_return_window: float = Field(
         600.0, gt=0, description="...for this long after it went away; then only every rediscovery_interval"
     )
+    diagnosis_enabled: bool = Field(
+        True,
+        description="Watch pods, Warning events, Workloads and PodGroups; put a diagnosis on job events",
+    )
+    diagnosis_log_tails: bool = Field(
+        False, description="Attach the redacted tail of the failing container's log (needs get pods/log)"
+    )
+    diagnosis_log_timeout: float = Field(5.0, gt=0, description="Seconds one log tail fetch may take")
+    diagnosis_log_concurrency: int = Field(4, ge=1, description="Log tail fetches at a time, per cluster")
+    diagnosis_ready_timeout: float = Field(
+        10.0, gt=0, description="How long job informers wait for the evidence to be listed before they start"
+    )
     publish_ack_timeout: float = Field(5.0, gt=0)
     publish_max_in_flight: int = Field(1000, ge=1, description="Unacknowledged publishes per informer")
     redis_max_connections: int = Field(50, ge=1, description="Redis connections shared by all informers")

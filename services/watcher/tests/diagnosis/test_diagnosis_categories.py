@@ -585,6 +585,25 @@ def test_kueue_admitted_but_pods_not_ready_is_gang_waiting() -> None:
     assert (d.category, d.queue, d.cluster_queue) == (C.GANG_WAITING, "gpu-queue", "cq")
 
 
+def test_kueue_admitted_job_whose_pod_no_node_can_take_is_unschedulable() -> None:
+    conditions = [
+        condition("QuotaReserved", "True", "QuotaReserved", "Quota reserved in ClusterQueue cq", 1),
+        condition("Admitted", "True", "Admitted", "The workload is admitted", 1),
+        condition("PodsReady", "False", "WaitForStart", "Not all pods are ready or succeeded", 2),
+    ]
+    p = pod(
+        "bert-worker-3",
+        {},
+        phase="Pending",
+        node=None,
+        containers=[],
+        conditions=unschedulable("0/8 nodes are available: 8 Insufficient nvidia.com/gpu."),
+    )
+    d = run(job("jobset", Phase.PENDING), [p], [], workload(conditions, cluster_queue="cq"))
+    assert d is not None
+    assert (d.category, d.resource) == (C.UNSCHEDULABLE, "nvidia.com/gpu")
+
+
 def test_volcano_podgroup_pending_event() -> None:
     event = core_event(
         "PodGroupPending",
@@ -969,3 +988,53 @@ def test_stale_warnings_of_a_running_job_are_left_out() -> None:
     assert d is not None
     assert d.events == []
     assert ts(0) < NOW.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- found end to end against kubesim (test_watcher_diagnosis) ------------------------------------
+
+
+def test_a_gang_whose_members_no_node_can_take_is_gang_waiting_short_of_that_resource() -> None:
+    message = "0/8 nodes are available: 8 Insufficient nvidia.com/gpu."
+    pods = [
+        pod(
+            f"bert-worker-{i}",
+            {},
+            phase="Pending",
+            node=None,
+            containers=[],
+            conditions=unschedulable(message),
+        )
+        for i in range(4)
+    ]
+    d = run(job("pytorchjob", Phase.PENDING), pods, [], None, sp_podgroup("Scheduling"))
+    assert d is not None
+    assert (d.category, d.resource, d.pod) == (C.GANG_WAITING, "nvidia.com/gpu", None)
+
+
+def test_a_running_job_with_a_pod_no_node_can_take_is_unschedulable() -> None:
+    p = pod(
+        "bert-worker-3",
+        {},
+        phase="Pending",
+        node=None,
+        containers=[],
+        conditions=unschedulable("0/8 nodes are available: 8 Insufficient nvidia.com/gpu."),
+    )
+    d = run(job("jobset", Phase.RUNNING), [p])
+    assert d is not None
+    assert (d.category, d.resource, d.pod) == (C.UNSCHEDULABLE, "nvidia.com/gpu", "bert-worker-3")
+
+
+def test_kuberay_head_pod_refused_by_a_resource_quota_is_quota_exceeded() -> None:
+    event = core_event(
+        "FailedToCreateHeadPod",
+        "Failed to create head Pod default/rayjob-train-llm-0001-58685-head-x7k2p, "
+        'pods "rayjob-train-llm-0001-58685-head-x7k2p" is forbidden: exceeded quota: '
+        "gpu-quota, requested: requests.nvidia.com/gpu=1, used: requests.nvidia.com/gpu=8, "
+        "limited: requests.nvidia.com/gpu=8",
+        kind="RayCluster",
+        name="ray-abcde",
+    )
+    d = run(job("rayjob", Phase.PENDING), [], [event])
+    assert d is not None
+    assert (d.category, d.resource) == (C.QUOTA_EXCEEDED, "nvidia.com/gpu")

@@ -173,13 +173,17 @@ def test_an_admitted_workload_lets_the_pods_explain() -> None:
     assert (d.category, d.resource) == (C.UNSCHEDULABLE, "nvidia.com/gpu")
 
 
-def test_a_short_resource_beats_the_gang_and_the_gang_beats_constraints() -> None:
+def test_the_gang_beats_a_short_resource_and_names_it_and_the_gang_beats_constraints() -> None:
     gpu = pending_worker(0, "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.")
     taint = pending_worker(1, "0/3 nodes are available: 3 node(s) had untolerated taint {a: b}.")
     pg = sp_podgroup("Pending", min_member=2)
     d = run(job("pytorchjob", Phase.PENDING), [gpu, taint], [], None, pg)
     assert d is not None
-    assert d.category is C.UNSCHEDULABLE
+    # kubesim's ground truth: a gang that cannot start is GangWaiting, short of what its pods lack.
+    assert (d.category, d.resource) == (C.GANG_WAITING, "nvidia.com/gpu")
+    d = run(job("pytorchjob", Phase.PENDING), [gpu, taint], [], None, None)
+    assert d is not None
+    assert (d.category, d.resource) == (C.UNSCHEDULABLE, "nvidia.com/gpu")
     d = run(job("pytorchjob", Phase.PENDING), [taint], [], None, pg)
     assert d is not None
     assert d.category is C.GANG_WAITING

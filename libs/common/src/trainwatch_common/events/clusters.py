@@ -133,6 +133,11 @@ class ClusterHealth(BaseModel):
         default_factory=dict,
         description="Per kind key of the catalog: how it is watched (added in v1, optional)",
     )
+    diagnosis_error: str | None = Field(
+        None,
+        description='Why job diagnoses are unavailable or partial, e.g. "diagnosis unavailable: forbidden '
+        'to list pods"; job watching is unaffected (added in v1, optional)',
+    )
 
 
 class ClusterConnection(BaseModel):

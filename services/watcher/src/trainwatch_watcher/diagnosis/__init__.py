@@ -11,8 +11,9 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
 2. A **decisive job verdict** of a Failed job: ``DeadlineExceeded`` (Job / TrainJob / RayJob
    reasons, Kubeflow's "active longer than specified deadline", Kueue
    ``MaximumExecutionTimeExceeded``), ``PodFailurePolicy`` (Job ``PodFailurePolicy``, JobSet
-   ``FailJobSetFailurePolicyAction``; the container, pod and exit code read from the rule's
-   message and enriched with that pod's evidence), ``ConfigError`` (``<Kind>FailedValidation``,
+   ``FailJobSetFailurePolicyAction``, a Volcano Job ``Terminated``/``Aborted`` by its policy; the
+   container, pod and exit code read from the rule's message and enriched with that pod's evidence,
+   or taken from the failed pod when the verdict names none), ``ConfigError`` (``<Kind>FailedValidation``,
    ``ValidationFailed``, ``ValidationError``, ``TrainingRuntimeNotSupported``). These explain the
    failure by themselves: pods killed by a deadline are its consequence, not its cause.
 3. **Pod failures**, the root cause among them: per pod, OOMKilled (current or last state) beats
@@ -47,10 +48,12 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
    NodeFailure, ``PodsReadyTimeout`` or admitted with ``PodsReady=False WaitForStart`` ->
    GangWaiting; not ``QuotaReserved``: ``... > maximum capacity`` / ``ExceedsMaxQuota`` ->
    QuotaExceeded, missing LocalQueue/ClusterQueue -> ConfigError, otherwise QueueWaiting with the
-   queue, the short resource and the visibility API's position. Then pods ``PodScheduled=False
-   Unschedulable`` naming ``Insufficient <resource>`` -> Unschedulable (a GPU resource is
-   preferred when several are short), then the PodGroup (gang not satisfied -> GangWaiting;
-   Volcano's "queue resource quota insufficient" -> QueueWaiting), then pods whose scheduler
+   queue, the short resource and the visibility API's position — except that an admitted
+   Workload whose pods are not ready yet (``WaitForStart``) yields to pods short of a resource.
+   Then the PodGroup (gang not satisfied -> GangWaiting, with the resource its pods' scheduler
+   messages find short; Volcano's "queue resource quota insufficient" -> QueueWaiting), then pods
+   ``PodScheduled=False Unschedulable`` naming ``Insufficient <resource>`` -> Unschedulable (a GPU
+   resource is preferred when several are short; also for a Running job), then pods whose scheduler
    message is a coscheduling one -> GangWaiting, then other unschedulable pods (taints, affinity)
    -> Unschedulable blamed on the user's config, then waiting events (``FailedScheduling``,
    ``PodGroupPending``, ResourceQuota ``exceeded quota`` -> QuotaExceeded, Kueue ``Pending``).

@@ -452,6 +452,9 @@ def job_verdict(job: JobEvidence) -> tuple[Finding | None, bool]:
         return Finding(C.DEADLINE_EXCEEDED, reason, message, since=since), True
     if base in ("PodFailurePolicy", "FailJobSetFailurePolicyAction"):
         return _failure_policy(reason, message, since), True
+    if job.kind == "volcanojob" and base in ("Terminated", "Aborted"):
+        # A TerminateJob / AbortJob policy action (Terminating -> Terminated, Aborting -> Aborted).
+        return Finding(C.POD_FAILURE_POLICY, reason, message, since=since), True
     if base.endswith("FailedValidation") or base in (
         "ValidationFailed",
         "ValidationError",
@@ -614,6 +617,12 @@ def podgroup_finding(podgroup: PodGroupEvidence) -> Finding | None:
 # Events
 
 
+# Pod creation refused (a ResourceQuota): the job controller, training-operator, KubeRay.
+QUOTA_EVENT_REASONS = frozenset(
+    {"FailedCreate", "FailedCreatePod", "FailedToCreateHeadPod", "FailedToCreateWorkerPod"}
+)
+
+
 def event_finding(event: WarningEvent) -> Finding | None:
     """What one Event says by itself: the fallback when no pod is left to read (Kubeflow's
     RecordAbnormalPods copies container reasons onto the job; kubelet and scheduler events)."""
@@ -665,7 +674,7 @@ def event_finding(event: WarningEvent) -> Finding | None:
         return make(C.EVICTED, resource=match.group(1) if match else None)
     if reason in ("TaintManagerEviction", "NodeNotReady", "FailedCreatePodSandBox"):
         return make(C.NODE_FAILURE)
-    if reason in ("FailedCreate", "FailedCreatePod") and (quota := _RESOURCEQUOTA.search(message)):
+    if reason in QUOTA_EVENT_REASONS and (quota := _RESOURCEQUOTA.search(message)):
         return make(C.QUOTA_EXCEEDED, resource=quota.group(1))
     if reason == "FailedScheduling" or (reason == "Unschedulable" and event.object_kind != "PodGroup"):
         if _COSCHEDULING.search(message):
@@ -805,16 +814,24 @@ def _waiting(
 ) -> Finding | None:
     """Why a job that has not failed is not running: Kueue first (no pods exist before admission),
     then pods that cannot get a resource, then the gang, then pods that match no node."""
-    if job.phase is Phase.RUNNING:
-        return None
-    if workload is not None and (found := workload_finding(workload)) is not None:
-        return found
     unschedulable = [f for f in findings if f.category is C.UNSCHEDULABLE]
     with_resource = [f for f in unschedulable if f.resource]
+    if job.phase is Phase.RUNNING:
+        # Running, and a pod no node can take (a replacement, the last replica): that is news.
+        return _best(with_resource) if with_resource else None
+    found = workload_finding(workload) if workload is not None else None
+    # Admitted, pods not ready yet (WaitForStart) is every admitted job's first moment: a pod that
+    # no node can take is the reason it lasts.
+    if found is not None and not (with_resource and found.reason == "WaitForStart"):
+        return found
+    if podgroup is not None and (found := podgroup_finding(podgroup)) is not None:
+        # A gang that cannot start: its members' scheduler messages say what is short.
+        if found.category is C.GANG_WAITING and found.resource is None and with_resource:
+            best = _best(with_resource)
+            found = replace(found, resource=best.resource if best else None)
+        return found
     if with_resource:
         return _best(with_resource)
-    if podgroup is not None and (found := podgroup_finding(podgroup)) is not None:
-        return found
     gang = [f for f in findings if f.category is C.GANG_WAITING]
     if gang:
         return _best(gang)
@@ -822,8 +839,21 @@ def _waiting(
 
 
 def _enrich(verdict: Finding, findings: Sequence[Finding]) -> Finding:
-    """A decisive job verdict, with the pod evidence of the pod it names (podFailurePolicy)."""
+    """A decisive job verdict, with the pod evidence of the pod it names (podFailurePolicy); a
+    policy verdict that names no pod (JobSet's FailJobSet, Volcano's TerminateJob) takes the
+    failed pod's."""
     if verdict.pod_name is None:
+        failures = [f for f in findings if f.category in FAILURES and f.pod is not None]
+        if verdict.category is C.POD_FAILURE_POLICY and (best := _best(failures)) is not None:
+            return replace(
+                verdict,
+                pod=best.pod,
+                container=best.container,
+                container_name=best.container.name if best.container else None,
+                exit_code=verdict.exit_code if verdict.exit_code is not None else best.exit_code,
+                signal=verdict.signal if verdict.signal is not None else best.signal,
+                restarts=best.restarts,
+            )
         return verdict
     for finding in findings:
         if finding.pod is not None and finding.pod.name == verdict.pod_name:

@@ -35,6 +35,7 @@ MAX_OBJECT_MESSAGE = 1024
 # A resource name: dot-separated words, never ending in the sentence's full stop.
 _INSUFFICIENT = re.compile(r"Insufficient ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 _OUT_OF = re.compile(r"^OutOf([A-Za-z0-9./_-]+)$")
+_QUOTA = "exceeded quota:"
 _LOW_ON = re.compile(r"low on resource: ([A-Za-z0-9/_-]+(?:\.[A-Za-z0-9/_-]+)*)")
 
 
@@ -400,6 +401,9 @@ def trim_event(event: Mapping[str, Any]) -> WarningEvent | None:
         or first
     )
     message = event.get("message") if isinstance(event.get("message"), str) else event.get("note")
+    if isinstance(message, str) and len(message) > MAX_EVIDENCE_MESSAGE and (at := message.find(_QUOTA)) > 0:
+        # A ResourceQuota refusal names the resource after a long pod name: keep what it says.
+        message = "... " + message[at:]
     return WarningEvent(
         reason=reason,
         message=_msg(message),

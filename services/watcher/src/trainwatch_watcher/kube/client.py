@@ -380,6 +380,21 @@ class KubeClient:
             raise errors.ApiError(f"GET {path}: answer is not a JSON object", status=200)
         return value
 
+    async def get_text(self, path: str, params: Mapping[str, str], *, limit: int, timeout: float) -> str:
+        """GET a text answer (``pods/log``) of at most ``limit`` bytes, within ``timeout`` seconds."""
+        client_timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=self._timings.connect_timeout)
+        kwargs = self._request_kwargs(f"GET {path}")
+        try:
+            async with self._session.get(
+                self._access.server + path, params=params, timeout=client_timeout, **kwargs
+            ) as response:
+                if response.status >= 300:
+                    raise await _status_error(response, path)
+                body = await _read_bounded(response, limit, f"GET {path}")
+        except (aiohttp.ClientError, TimeoutError, ssl.SSLError, OSError) as exc:
+            raise _transport_error(f"GET {path}", exc) from exc
+        return body.decode("utf-8", errors="replace")
+
     @contextlib.asynccontextmanager
     async def stream_lines(
         self, path: str, params: Mapping[str, str], *, read_timeout: float | None = None

@@ -79,6 +79,17 @@ class WatchTarget:
 
     kind: JobKind
     namespace: str | None = None
+    # Server-side filters (the evidence watches: pods of training operators, Warning events).
+    label_selector: str | None = None
+    field_selector: str | None = None
+
+    def selectors(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
 
     def path(self) -> str:
         if self.namespace:
@@ -192,7 +203,7 @@ class Watcher:
         """A paged LIST; yields each item as ADDED, then ``Synced``."""
         uids: set[str] = set()
         self.listing = True
-        params = {"limit": str(self._timings.list_page_size)}
+        params = {"limit": str(self._timings.list_page_size), **self._target.selectors()}
         resource_version = ""
         while True:
             page = await self._client.get_json(self._target.path(), params)
@@ -207,7 +218,11 @@ class Watcher:
             token = metadata.get("continue")
             if not token:
                 break
-            params = {"limit": str(self._timings.list_page_size), "continue": str(token)}
+            params = {
+                "limit": str(self._timings.list_page_size),
+                "continue": str(token),
+                **self._target.selectors(),
+            }
         self._hooks.on_connected()
         self.resource_version = self._verified_rv = resource_version
         self.listing = False
@@ -273,6 +288,7 @@ class Watcher:
             "watch": "1",
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(minimum + int(self._rng.random() * minimum)),
+            **self._target.selectors(),
         }
 
     def _read_timeout(self, params: dict[str, str]) -> float:
