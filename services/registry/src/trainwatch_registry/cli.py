@@ -3,20 +3,29 @@
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
     trainwatch clusters list | get ID | update ID ... | rotate ID --kubeconfig FILE | remove ID | test ID
     trainwatch clusters import
+    trainwatch clusters join --context CTX [--kubeconfig FILE]
+    trainwatch clusters leave ID --context CTX | rotate-token ID --context CTX
 
 The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
+import yaml
 from rich.console import Console
 from rich.table import Table
+
+from trainwatch_registry import join as joining
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
@@ -352,6 +361,253 @@ def import_(api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
             item["file"], item.get("cluster_id") or "-", item["outcome"], "; ".join(item["reasons"])
         )
     out.print(table)
+
+
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml")]
+JOINED_NAMESPACE = "trainwatch.io/joined-namespace"
+OperatorKubeconfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        dir_okay=False,
+        help="Your kubeconfig (default: $KUBECONFIG, else ~/.kube/config); your credentials stay here",
+    ),
+]
+OperatorContextOpt = Annotated[str, typer.Option("--context", help="Your context for the target cluster")]
+
+
+def _emit(data: Any, output: Output) -> bool:
+    """Print ``data`` as JSON or YAML and return True; False for table output (the caller prints)."""
+    if output is Output.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return True
+    if output is Output.yaml:
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+        return True
+    return False
+
+
+def _operator_context(kubeconfig: Path | None, context: str) -> joining.OperatorContext:
+    if kubeconfig is None:
+        first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        kubeconfig = Path(first) if first else Path.home() / ".kube" / "config"
+    try:
+        return joining.load_operator_context(kubeconfig, context)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _registration(api_url: str, token: str, cluster_id: str, op: joining.OperatorContext) -> dict[str, Any]:
+    """The registration, after checking that ``op`` points at the cluster it is registered for."""
+    cluster: dict[str, Any] = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    if cluster["server"].rstrip("/") != op.server:
+        raise _fail(
+            f"context {op.context!r} points at {op.server}, "
+            f"but {cluster_id} is registered at {cluster['server']}"
+        )
+    return cluster
+
+
+def _objects_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("KIND", "NAME", "NAMESPACE", "ACTION")
+    for row in rows:
+        table.add_row(row["kind"], row["name"], row["namespace"] or "-", row["action"])
+    return table
+
+
+def _mint(api: joining.KubeApi, options: joining.JoinOptions) -> joining.Minted:
+    if options.secret_token:
+        return api.secret_token(options)
+    return api.token_request(options)
+
+
+def _registry_dry_run(
+    api_url: str, token: str, body: dict[str, Any], wait_seconds: float = 15.0
+) -> dict[str, Any]:
+    """The registry's connectivity check with the new token. A new binding can take a moment to
+    reach the apiserver's RBAC cache, so a failed check is retried for a few seconds."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.2
+    while True:
+        result = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+        report: dict[str, Any] = result["connectivity"]
+        if report["ok"] or time.monotonic() > deadline:
+            return report
+        time.sleep(delay)  # RBAC propagation in the target cluster: backoff, not synchronisation
+        delay = min(delay * 2, 2.0)
+
+
+@clusters.command("join")
+def join(
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    cluster_id: Annotated[
+        str | None, typer.Option("--id", help="Cluster id (default: from the context)")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Display name (default: the context)")] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Namespace for Trainwatch's ServiceAccount")
+    ] = "trainwatch",
+    token_lifetime: Annotated[
+        str, typer.Option("--token-lifetime", help="TokenRequest lifetime (s, m, h, d)")
+    ] = "8760h",
+    secret_token: Annotated[
+        bool, typer.Option("--secret-token", help="A non-expiring service-account-token Secret instead")
+    ] = False,
+    label: Labels = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; create and register nothing")
+    ] = False,
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Create Trainwatch's read-only ServiceAccount in a cluster (with your credentials) and register it."""
+    op = _operator_context(kubeconfig, context)
+    cid = cluster_id or _slug(context)
+    if not cid:
+        raise _fail(f"cannot derive an id from the context {context!r}: pass --id")
+    try:
+        options = joining.JoinOptions(
+            cid,
+            namespace=namespace,
+            lifetime_seconds=joining.parse_lifetime(token_lifetime),
+            secret_token=secret_token,
+        )
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    objects = joining.plan(options)
+    credential = (
+        "service-account-token Secret (no expiry)" if secret_token else f"TokenRequest ({token_lifetime})"
+    )
+    result: dict[str, Any] = {"cluster_id": cid, "server": op.server, "dry_run": dry_run, "token": credential}
+    try:
+        with joining.KubeApi.connect(op) as api:
+            rows = [
+                {
+                    "kind": o.kind,
+                    "name": o.name,
+                    "namespace": o.namespace,
+                    "action": "exists (reused)" if api.get(o.path) is not None else "create",
+                }
+                for o in objects
+            ]
+            result["objects"] = rows
+            if dry_run:
+                if not _emit(result, output):
+                    out.print(
+                        f"[bold]dry run[/]: join {op.server} as [bold]{cid}[/]; nothing created or registered"
+                    )
+                    out.print(_objects_table(rows))
+                    out.print(f"token: {credential}", highlight=False)
+                return
+            for row, obj in zip(rows, objects, strict=True):
+                row["action"] = "created" if api.ensure(obj) == "created" else "exists (reused)"
+            minted = _mint(api, options)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    body: dict[str, Any] = {
+        "id": cid,
+        "name": name or context,
+        "labels": {**(_labels(label) or {}), JOINED_NAMESPACE: namespace},
+        "kubeconfig": joining.registered_kubeconfig(op, cid, minted.token),
+        "context": cid,
+    }
+    report = _registry_dry_run(api_url, token, body)
+    if not report["ok"]:
+        _show_report(report)
+        raise _fail(
+            f"the registry cannot use the new credentials: {report.get('error')}; "
+            f"nothing registered (`trainwatch clusters leave {cid} --context {context}` removes the objects)"
+        )
+    registered = _call(api_url, token, "POST", "/v1/clusters", json=body)
+    result["revision"] = registered["revision"]
+    result["token_expires_at"] = minted.expires_at.isoformat() if minted.expires_at else None
+    if not _emit(result, output):
+        out.print(_objects_table(rows))
+        expiry = f", token expires {result['token_expires_at']}" if minted.expires_at else ""
+        out.print(
+            f"joined [bold]{cid}[/] ({op.server}) at revision {registered['revision']}{expiry}",
+            highlight=False,
+        )
+
+
+@clusters.command("leave")
+def leave(
+    cluster_id: str,
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Default: the namespace join recorded")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Unregister a joined cluster and delete the objects join created in it (only those)."""
+    op = _operator_context(kubeconfig, context)
+    cluster = _registration(api_url, token, cluster_id, op)
+    ns = namespace or cluster["labels"].get(JOINED_NAMESPACE) or "trainwatch"
+    if not yes:
+        typer.confirm(f"Unregister {cluster_id} and delete Trainwatch's objects in {op.server}?", abort=True)
+    _call(api_url, token, "DELETE", f"/v1/clusters/{cluster_id}")
+    objects = joining.plan(joining.JoinOptions(cluster_id, namespace=ns, secret_token=True))
+    try:
+        with joining.KubeApi.connect(op) as api:
+            rows = [
+                {"kind": o.kind, "name": o.name, "namespace": o.namespace, "action": api.delete_if_managed(o)}
+                for o in reversed(objects)
+            ]
+    except joining.JoinError as exc:
+        raise _fail(f"{cluster_id} is unregistered, but cleaning up failed: {exc}") from None
+    if not _emit({"cluster_id": cluster_id, "objects": rows}, output):
+        out.print(_objects_table(rows))
+        out.print(f"left [bold]{cluster_id}[/]", highlight=False)
+
+
+@clusters.command("rotate-token")
+def rotate_token(
+    cluster_id: str,
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Default: the namespace join recorded")
+    ] = None,
+    token_lifetime: Annotated[
+        str, typer.Option("--token-lifetime", help="TokenRequest lifetime (s, m, h, d)")
+    ] = "8760h",
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Mint a new token for a joined cluster's ServiceAccount and update the registration."""
+    op = _operator_context(kubeconfig, context)
+    cluster = _registration(api_url, token, cluster_id, op)
+    ns = namespace or cluster["labels"].get(JOINED_NAMESPACE) or "trainwatch"
+    try:
+        options = joining.JoinOptions(
+            cluster_id, namespace=ns, lifetime_seconds=joining.parse_lifetime(token_lifetime)
+        )
+        with joining.KubeApi.connect(op) as api:
+            minted = api.token_request(options)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    body = {"kubeconfig": joining.registered_kubeconfig(op, cluster_id, minted.token), "context": cluster_id}
+    result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
+    expires = minted.expires_at.isoformat() if minted.expires_at else None
+    data = {"cluster_id": cluster_id, "revision": result["revision"], "token_expires_at": expires}
+    if not _emit(data, output):
+        out.print(
+            f"rotated the token of [bold]{cluster_id}[/]: revision {result['revision']}, expires {expires}",
+            highlight=False,
+        )
 
 
 def main() -> None:
