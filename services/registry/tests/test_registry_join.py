@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,11 @@ async def test_join_test_rotate_and_leave(api_url: str, target: kubesim.Cluster,
     role = target.store.get(kubesim.CLUSTER_ROLE, "", "trainwatch-reader")
     assert role["metadata"]["labels"] == MANAGED_BY
     assert _names(target, kubesim.SERVICE_ACCOUNT) == ["trainwatch"]
+
+    code, output = await _run("clusters", "get", "gpu-a", "-o", "json", url=api_url)
+    assert code == 0, output
+    expires = datetime.fromisoformat(json.loads(output)["credentials_expire_at"])
+    assert abs((expires - datetime.now(UTC)).total_seconds() - 720 * 3600) < 120  # the TokenRequest's exp
 
     # The registration works with the minted token alone: the operator's admin token is revoked.
     target.rotate_token()

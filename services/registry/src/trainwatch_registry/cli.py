@@ -11,6 +11,7 @@ The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAI
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -23,6 +24,7 @@ import httpx
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from trainwatch_registry import join as joining
@@ -31,8 +33,35 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch o
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
 
-out = Console()
-err = Console(stderr=True)
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("trainwatch-registry")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"trainwatch {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit")
+    ] = False,
+) -> None:
+    """Trainwatch operator CLI."""
+
+
+def _console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 4096  # piped or redirected: no 80-column cut (rich's default off a terminal)
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 ApiUrl = Annotated[str, typer.Option("--api-url", envvar="TRAINWATCH_API_URL", help="Registry base URL")]
 Token = Annotated[
@@ -48,13 +77,34 @@ Labels = Annotated[list[str] | None, typer.Option("--label", "-l", help="key=val
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml")]
+
+
+def _emit(data: Any, output: Output) -> bool:
+    """Print ``data`` as JSON or YAML and return True; False for table output (the caller prints)."""
+    if output is Output.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return True
+    if output is Output.yaml:
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+        return True
+    return False
+
+
 def _client(api_url: str, token: str) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=30)
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # The message is text, not markup: an id pattern like '^([a-z0-9]...)?$' must print as it is.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(1)
 
 
@@ -107,6 +157,18 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].rstrip("-")
 
 
+def _id_from_name(name: str) -> str:
+    """The default id: the name as a slug. A name with no ASCII letters or digits (中文, 日本語)
+    has none: say so instead of sending an empty id for the registry to refuse."""
+    slug = _slug(name)
+    if not slug:
+        raise _fail(
+            f"cannot make a cluster id from the name {name!r}: an id uses only a-z, 0-9 and '-'; "
+            "pass one with --id (e.g. --id gpu-east)"
+        )
+    return slug
+
+
 def _show_cluster(cluster: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     health = cluster.get("health") or {}
@@ -119,14 +181,15 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
         ("context", cluster["context"]),
         ("auth", cluster["auth_method"]),
         ("fingerprint", cluster["connection_fingerprint"]),
+        ("credentials expire", cluster.get("credentials_expire_at") or "-"),
         ("revision", str(cluster["revision"])),
         ("watch", _watch(cluster["watch"])),
-        ("health", _health(health)),
         ("owner", health.get("owner") or "-"),
         ("updated", cluster["updated_at"]),
     ]
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", escape(value))
+    table.add_row("[bold]health[/]", _health(health))  # markup of its own, data escaped
     out.print(table)
 
 
@@ -162,9 +225,9 @@ def _health(health: dict[str, Any]) -> str:
     state = (
         "[green]reachable[/]"
         if health.get("reachable")
-        else f"[red]unreachable[/] {health.get('last_error') or ''}"
+        else f"[red]unreachable[/] {escape(str(health.get('last_error') or ''))}"
     )
-    lines = [f"{state} (at {health.get('observed_at')})"]
+    lines = [f"{state} (at {escape(str(health.get('observed_at')))})"]
     for label, kind_state in (
         ("watching", "watching"),
         ("starting", "starting"),
@@ -172,20 +235,21 @@ def _health(health: dict[str, Any]) -> str:
         ("failing", "failing"),
     ):
         if kinds := _kinds_in(health, kind_state):
-            lines.append(f"{label}: {', '.join(kinds)}")
+            lines.append(escape(f"{label}: {', '.join(kinds)}"))
     return "\n".join(lines)
 
 
 def _show_report(report: dict[str, Any]) -> None:
     access = report.get("kinds") or {}
+    server = report["server"]
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
-        out.print(f"[green]ok[/] {report['server']} Kubernetes {version}; job kinds served: {kinds}")
+        out.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
     else:
-        out.print(f"[red]failed[/] {report['server']}: {report.get('error')}")
+        out.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
     for key in sorted(access):
-        out.print(f"  {key}: {access[key]}")
+        out.print(f"  {key}: {access[key]}", markup=False)
 
 
 def _watch_body(
@@ -216,13 +280,16 @@ def add(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and test connectivity only")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate and test connectivity only (exit 2 when it fails)")
+    ] = False,
+    output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
     """Register a cluster."""
     body: dict[str, Any] = {
-        "id": cluster_id or _slug(name),
+        "id": cluster_id or _id_from_name(name),
         "name": name,
         "description": description,
         "labels": _labels(label) or {},
@@ -236,15 +303,21 @@ def add(
         api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": str(dry_run).lower()}
     )
     if dry_run:
-        out.print("[bold]dry run[/]: nothing stored")
-        _show_report(result["connectivity"])
+        if not _emit(result, output):
+            out.print("[bold]dry run[/]: nothing stored")
+            _show_report(result["connectivity"])
+        if not result["connectivity"]["ok"]:
+            raise typer.Exit(2)
         return
-    out.print(f"registered [bold]{result['id']}[/] at revision {result['revision']}")
-    _show_cluster(result)
+    if not _emit(result, output):
+        out.print(f"registered [bold]{escape(result['id'])}[/] at revision {result['revision']}")
+        _show_cluster(result)
 
 
 @clusters.command("list")
-def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
+def list_(
+    label: Labels = None, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
     """List clusters with their health."""
     rows: list[dict[str, Any]] = []
     cursor: str | None = None
@@ -257,29 +330,31 @@ def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
         cursor = page.get("next_cursor")
         if not cursor:
             break
+    if _emit(rows, output):
+        return
     table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
         state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
-            c["id"],
-            c["name"],
-            c["server"],
-            c["auth_method"],
-            str(c["revision"]),
+            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"], str(c["revision"]))),
             state,
-            health.get("owner") or "-",
-            labels,
+            escape(health.get("owner") or "-"),
+            escape(labels),
         )
     out.print(table)
     out.print(f"{len(rows)} cluster(s)")
 
 
 @clusters.command("get")
-def get(cluster_id: str, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
+def get(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
     """Show one cluster."""
-    _show_cluster(_call(api_url, token, "GET", f"/v1/clusters/{cluster_id}"))
+    cluster = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    if not _emit(cluster, output):
+        _show_cluster(cluster)
 
 
 @clusters.command("update")
@@ -343,10 +418,13 @@ def remove(
 
 
 @clusters.command("test")
-def check(cluster_id: str, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
-    """Connect to a cluster with its stored kubeconfig and report what it serves."""
+def check(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
+    """Connect to a cluster with its stored kubeconfig and report what it serves (exit 2 on failure)."""
     report = _call(api_url, token, "POST", f"/v1/clusters/{cluster_id}/test")
-    _show_report(report)
+    if not _emit(report, output):
+        _show_report(report)
     if not report["ok"]:
         raise typer.Exit(2)
 
@@ -358,18 +436,14 @@ def import_(api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
     table = Table("FILE", "CLUSTER", "OUTCOME", "REASONS")
     for item in report["files"]:
         table.add_row(
-            item["file"], item.get("cluster_id") or "-", item["outcome"], "; ".join(item["reasons"])
+            *map(
+                escape,
+                (item["file"], item.get("cluster_id") or "-", item["outcome"], "; ".join(item["reasons"])),
+            )
         )
     out.print(table)
 
 
-class Output(StrEnum):
-    table = "table"
-    json = "json"
-    yaml = "yaml"
-
-
-OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml")]
 JOINED_NAMESPACE = "trainwatch.io/joined-namespace"
 OperatorKubeconfig = Annotated[
     Path | None,
@@ -380,17 +454,6 @@ OperatorKubeconfig = Annotated[
     ),
 ]
 OperatorContextOpt = Annotated[str, typer.Option("--context", help="Your context for the target cluster")]
-
-
-def _emit(data: Any, output: Output) -> bool:
-    """Print ``data`` as JSON or YAML and return True; False for table output (the caller prints)."""
-    if output is Output.json:
-        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
-        return True
-    if output is Output.yaml:
-        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
-        return True
-    return False
 
 
 def _operator_context(kubeconfig: Path | None, context: str) -> joining.OperatorContext:
@@ -417,7 +480,7 @@ def _registration(api_url: str, token: str, cluster_id: str, op: joining.Operato
 def _objects_table(rows: list[dict[str, Any]]) -> Table:
     table = Table("KIND", "NAME", "NAMESPACE", "ACTION")
     for row in rows:
-        table.add_row(row["kind"], row["name"], row["namespace"] or "-", row["action"])
+        table.add_row(*map(escape, (row["kind"], row["name"], row["namespace"] or "-", row["action"])))
     return table
 
 
