@@ -17,7 +17,7 @@ from trainwatch_registry.database import async_url
 from trainwatch_registry.migrations import MIGRATIONS as REGISTRY
 
 PERSISTER_HEAD = "0004"
-REGISTRY_HEAD = "0001_initial"
+REGISTRY_HEAD = "0002_credentials_expire_at"
 
 
 @pytest.fixture(params=["postgresql", "sqlite"])

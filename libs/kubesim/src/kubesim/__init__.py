@@ -10,6 +10,16 @@
 See ``libs/kubesim/README.md``.
 """
 
+from kubesim.accounts import (
+    ACCOUNT_KINDS,
+    CLUSTER_ROLE,
+    CLUSTER_ROLE_BINDING,
+    NAMESPACE,
+    SECRET,
+    SERVICE_ACCOUNT,
+    SERVICE_ACCOUNT_TOKEN_TYPE,
+    Accounts,
+)
 from kubesim.background import BackgroundSimulator
 from kubesim.cluster import Cluster
 from kubesim.diagnosis import BLAME, CATEGORIES, DiagnosisTruth, NotApplicable, applies
@@ -56,6 +66,7 @@ from kubesim.store import Backup, Store
 from kubesim.truth import PHASES, NormState, TruthEntry, TruthLog
 
 __all__ = [
+    "ACCOUNT_KINDS",
     "ALL_KINDS",
     "ALL_KINDS_MPI_V1",
     "BATCH_JOB",
@@ -63,6 +74,8 @@ __all__ = [
     "CATALOG",
     "CATEGORIES",
     "CLUSTER_QUEUE",
+    "CLUSTER_ROLE",
+    "CLUSTER_ROLE_BINDING",
     "CORE_KINDS",
     "COSCHEDULING_PODGROUP",
     "CRD",
@@ -75,17 +88,22 @@ __all__ = [
     "LOCAL_QUEUE",
     "MPIJOB_V1",
     "MPIJOB_V2BETA1",
+    "NAMESPACE",
     "PADDLEJOB",
     "PHASES",
     "POD",
     "PYTORCHJOB",
     "RAYJOB",
+    "SECRET",
+    "SERVICE_ACCOUNT",
+    "SERVICE_ACCOUNT_TOKEN_TYPE",
     "TFJOB",
     "TRAINJOB",
     "VOLCANO_JOB",
     "VOLCANO_PODGROUP",
     "WORKLOAD",
     "XGBOOSTJOB",
+    "Accounts",
     "ApiError",
     "BackgroundSimulator",
     "Backup",

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from kubesim import errors
 from kubesim import tls as tlsmod
+from kubesim.accounts import ACCOUNT_KINDS, Accounts
 from kubesim.faults import Faults
 from kubesim.kinds import (
     ALL_KINDS,
@@ -80,7 +81,7 @@ class Cluster:
         self._watch_timeout = watch_timeout
         self._workdir = workdir
         self._rand = random.Random(seed)
-        served = [*kinds, *(CORE_KINDS if core else ())]
+        served = [*kinds, *((*CORE_KINDS, *ACCOUNT_KINDS) if core else ())]
         served += [*(KUEUE_KINDS if kueue else ())]
         served += [VOLCANO_PODGROUP] if volcano_podgroups else []
         served += [COSCHEDULING_PODGROUP] if coscheduling else []
@@ -94,6 +95,10 @@ class Cluster:
         self.hub = WatchHub(self.store)
         self.token = token or secrets.token_urlsafe(24)
         self.tokens: dict[str, tuple[str, bool]] = {self.token: ("kubesim-admin", True)}
+        # ServiceAccounts' tokens (TokenRequest, token Secrets) and RBAC by ClusterRoles.
+        self.accounts = Accounts(
+            self.store, issuer="https://kubernetes.default.svc.cluster.local", ca_pem=lambda: self.ca_pem
+        )
         self.faults = Faults(
             self.hub, stop_listening=self._stop_listening, start_listening=self._start_listening, spawn=spawn
         )

@@ -27,6 +27,8 @@ VERSION: dict[str, str] = {
 }
 
 _VERBS = ["delete", "get", "list", "patch", "create", "update", "watch"]
+_SUBRESOURCE_VERBS = {"log": ["get"], "token": ["create"], "finalize": ["update"]}
+_SUBRESOURCE_KINDS = {"token": "TokenRequest"}
 
 
 def api_versions(address: str) -> dict[str, Any]:
@@ -150,8 +152,8 @@ def _resources(matching: list[KindSpec]) -> list[dict[str, Any]]:
                     "name": f"{k.plural}/{sub}",
                     "singularName": "",
                     "namespaced": k.namespaced,
-                    "kind": k.kind,
-                    "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+                    "kind": _SUBRESOURCE_KINDS.get(sub, k.kind),
+                    "verbs": _SUBRESOURCE_VERBS.get(sub, ["get", "patch", "update"]),
                 }
             )
     return resources

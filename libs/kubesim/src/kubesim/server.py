@@ -14,6 +14,7 @@ import orjson
 from aiohttp import web
 
 from kubesim import discovery, errors, kueue, podlogs, views
+from kubesim.accounts import NAMESPACE
 from kubesim.kinds import CRD, KindSpec
 from kubesim.listing import ListRequest, serve_list
 from kubesim.selectable import V1_EVENT_ALIASES
@@ -55,8 +56,15 @@ def _user(cluster: Cluster, request: web.BaseRequest) -> tuple[str, bool]:
         raise errors.unauthorized()
     grant = cluster.tokens.get(token.strip())
     if grant is None:
-        raise errors.unauthorized()
+        return cluster.accounts.authenticate(token.strip())  # a ServiceAccount's, or 401
     return grant
+
+
+def _authorized(
+    cluster: Cluster, user: str, allowed: bool, verb: str, group: str, resource: str, name: str | None
+) -> bool:
+    """A superuser token (``allowed``) may do anything; others what their ClusterRoles grant."""
+    return allowed or cluster.accounts.authorize(user, verb, group, resource, name)
 
 
 async def handle_request(cluster: Cluster, request: web.BaseRequest) -> web.StreamResponse:
@@ -117,7 +125,9 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
     if rest[0] == "namespaces" and len(rest) >= 3:
         namespace, rest = rest[1], rest[2:]
     if group_name == discovery.VISIBILITY_GROUP and discovery.serves_visibility(kinds):
-        if not allowed:
+        resource = f"{rest[0]}/{rest[2]}" if len(rest) == 3 else rest[0]
+        name = rest[1] if len(rest) >= 2 else None
+        if not _authorized(cluster, user, allowed, "get", group_name, resource, name):
             raise errors.forbidden(user, "get", None, namespace, path)
         return _json(kueue.serve_visibility(cluster, user, version, namespace, rest, request.query))
     spec = next(
@@ -132,7 +142,12 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
     name = rest[1] if len(rest) >= 2 else None
     sub = rest[2] if len(rest) == 3 else None
     verb = _verb(request, name)
-    if not allowed or (spec is CRD and not cluster.crds_readable) or cluster.is_forbidden(spec, sub):
+    resource = f"{spec.plural}/{sub}" if sub else spec.plural
+    if (
+        not _authorized(cluster, user, allowed, verb, spec.group, resource, name)
+        or (spec is CRD and not cluster.crds_readable)
+        or cluster.is_forbidden(spec, sub)
+    ):
         raise errors.forbidden(user, verb, spec, namespace, path, name=name, subresource=sub)
     cluster.check_storage(spec)  # after authorization, as the storage layer answers it
     if sub == "log":
@@ -149,6 +164,7 @@ async def _route(cluster: Cluster, request: web.BaseRequest, user: str, allowed:
                 raise errors.ApiError(405, "the server does not allow this method on the requested resource")
             body = await _body(request)
             obj = cluster.store.create(spec, body, namespace=namespace, drop_status=True)
+            cluster.accounts.after_create(spec, obj)
             return _json(obj, 201)
         raise errors.ApiError(405, "the server does not allow this method on the requested resource")
     if namespace is None and spec.namespaced:
@@ -210,6 +226,11 @@ async def _object(
     cluster: Cluster, request: web.BaseRequest, spec: KindSpec, ns: str, name: str, sub: str | None, verb: str
 ) -> web.StreamResponse:
     store = cluster.store
+    if sub == "token" and verb == "create":
+        return _json(cluster.accounts.token_request(ns, name, await _body(request)), 201)
+    if spec is NAMESPACE and verb == "delete" and sub is None:
+        store.get(spec, "", name)  # 404 first
+        cluster.accounts.delete_namespace(name)
     if verb == "get":
         return web.Response(body=store.stored(spec, ns, name).data, content_type="application/json")
     if verb == "update":

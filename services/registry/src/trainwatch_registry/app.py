@@ -36,6 +36,7 @@ from trainwatch_registry.bus import Bus
 from trainwatch_registry.connectivity import check_connectivity
 from trainwatch_registry.crypto import Encryptor
 from trainwatch_registry.database import create_engine
+from trainwatch_registry.expiry import ExpiryMonitor
 from trainwatch_registry.health_consumer import HealthConsumer
 from trainwatch_registry.importer import import_directory
 from trainwatch_registry.kubeconfig import IntakePolicy, SanitizedKubeconfig
@@ -135,7 +136,13 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             )
             relay = OutboxRelay(engine=engine, bus=bus, poll_seconds=settings.registry_outbox_poll_seconds)
             policy = intake_policy(settings)
-            registry = Registry(engine=engine, encryptor=encryptor, policy=policy, on_commit=relay.wake)
+            expiry = ExpiryMonitor(engine, warning_days=settings.registry_credentials_warning_days)
+
+            def on_commit() -> None:
+                relay.wake()
+                expiry.wake()
+
+            registry = Registry(engine=engine, encryptor=encryptor, policy=policy, on_commit=on_commit)
 
             async def check(kubeconfig: SanitizedKubeconfig) -> ConnectivityReport:
                 timeout = settings.registry_connect_timeout_seconds
@@ -155,6 +162,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             tasks.start("registry-nats", bus.run)
             if settings.registry_outbox_relay_enabled:
                 tasks.start("registry-outbox-relay", relay.run)
+            tasks.start("registry-credentials-expiry", expiry.run)
             if settings.registry_health_consumer_enabled:
                 tasks.start("registry-health-consumer", HealthConsumer(engine=engine, bus=bus).run)
             if settings.registry_import_dir is not None:

@@ -3,27 +3,65 @@
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
     trainwatch clusters list | get ID | update ID ... | rotate ID --kubeconfig FILE | remove ID | test ID
     trainwatch clusters import
+    trainwatch clusters join --context CTX [--kubeconfig FILE]
+    trainwatch clusters leave ID --context CTX | rotate-token ID --context CTX
 
 The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
 import re
+import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import httpx
 import typer
+import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+
+from trainwatch_registry import join as joining
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
 
-out = Console()
-err = Console(stderr=True)
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = importlib.metadata.version("trainwatch-registry")
+        except importlib.metadata.PackageNotFoundError:
+            version = "unknown"
+        print(f"trainwatch {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit")
+    ] = False,
+) -> None:
+    """Trainwatch operator CLI."""
+
+
+def _console(*, stderr: bool = False) -> Console:
+    console = Console(stderr=stderr)
+    if not console.is_terminal and not os.environ.get("COLUMNS"):
+        console.width = 4096  # piped or redirected: no 80-column cut (rich's default off a terminal)
+    return console
+
+
+out = _console()
+err = _console(stderr=True)
 
 ApiUrl = Annotated[str, typer.Option("--api-url", envvar="TRAINWATCH_API_URL", help="Registry base URL")]
 Token = Annotated[
@@ -39,13 +77,34 @@ Labels = Annotated[list[str] | None, typer.Option("--label", "-l", help="key=val
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 
+class Output(StrEnum):
+    table = "table"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table, json or yaml")]
+
+
+def _emit(data: Any, output: Output) -> bool:
+    """Print ``data`` as JSON or YAML and return True; False for table output (the caller prints)."""
+    if output is Output.json:
+        print(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        return True
+    if output is Output.yaml:
+        print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
+        return True
+    return False
+
+
 def _client(api_url: str, token: str) -> httpx.Client:
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=30)
 
 
 def _fail(message: str) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    # The message is text, not markup: an id pattern like '^([a-z0-9]...)?$' must print as it is.
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(1)
 
 
@@ -98,6 +157,18 @@ def _slug(name: str) -> str:
     return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:63].rstrip("-")
 
 
+def _id_from_name(name: str) -> str:
+    """The default id: the name as a slug. A name with no ASCII letters or digits (中文, 日本語)
+    has none: say so instead of sending an empty id for the registry to refuse."""
+    slug = _slug(name)
+    if not slug:
+        raise _fail(
+            f"cannot make a cluster id from the name {name!r}: an id uses only a-z, 0-9 and '-'; "
+            "pass one with --id (e.g. --id gpu-east)"
+        )
+    return slug
+
+
 def _show_cluster(cluster: dict[str, Any]) -> None:
     table = Table(show_header=False, box=None)
     health = cluster.get("health") or {}
@@ -110,14 +181,15 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
         ("context", cluster["context"]),
         ("auth", cluster["auth_method"]),
         ("fingerprint", cluster["connection_fingerprint"]),
+        ("credentials expire", cluster.get("credentials_expire_at") or "-"),
         ("revision", str(cluster["revision"])),
         ("watch", _watch(cluster["watch"])),
-        ("health", _health(health)),
         ("owner", health.get("owner") or "-"),
         ("updated", cluster["updated_at"]),
     ]
     for key, value in rows:
-        table.add_row(f"[bold]{key}[/]", value)
+        table.add_row(f"[bold]{key}[/]", escape(value))
+    table.add_row("[bold]health[/]", _health(health))  # markup of its own, data escaped
     out.print(table)
 
 
@@ -153,9 +225,9 @@ def _health(health: dict[str, Any]) -> str:
     state = (
         "[green]reachable[/]"
         if health.get("reachable")
-        else f"[red]unreachable[/] {health.get('last_error') or ''}"
+        else f"[red]unreachable[/] {escape(str(health.get('last_error') or ''))}"
     )
-    lines = [f"{state} (at {health.get('observed_at')})"]
+    lines = [f"{state} (at {escape(str(health.get('observed_at')))})"]
     for label, kind_state in (
         ("watching", "watching"),
         ("starting", "starting"),
@@ -163,20 +235,21 @@ def _health(health: dict[str, Any]) -> str:
         ("failing", "failing"),
     ):
         if kinds := _kinds_in(health, kind_state):
-            lines.append(f"{label}: {', '.join(kinds)}")
+            lines.append(escape(f"{label}: {', '.join(kinds)}"))
     return "\n".join(lines)
 
 
 def _show_report(report: dict[str, Any]) -> None:
     access = report.get("kinds") or {}
+    server = report["server"]
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
-        out.print(f"[green]ok[/] {report['server']} Kubernetes {version}; job kinds served: {kinds}")
+        out.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
     else:
-        out.print(f"[red]failed[/] {report['server']}: {report.get('error')}")
+        out.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
     for key in sorted(access):
-        out.print(f"  {key}: {access[key]}")
+        out.print(f"  {key}: {access[key]}", markup=False)
 
 
 def _watch_body(
@@ -207,13 +280,16 @@ def add(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Validate and test connectivity only")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Validate and test connectivity only (exit 2 when it fails)")
+    ] = False,
+    output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
     """Register a cluster."""
     body: dict[str, Any] = {
-        "id": cluster_id or _slug(name),
+        "id": cluster_id or _id_from_name(name),
         "name": name,
         "description": description,
         "labels": _labels(label) or {},
@@ -227,15 +303,21 @@ def add(
         api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": str(dry_run).lower()}
     )
     if dry_run:
-        out.print("[bold]dry run[/]: nothing stored")
-        _show_report(result["connectivity"])
+        if not _emit(result, output):
+            out.print("[bold]dry run[/]: nothing stored")
+            _show_report(result["connectivity"])
+        if not result["connectivity"]["ok"]:
+            raise typer.Exit(2)
         return
-    out.print(f"registered [bold]{result['id']}[/] at revision {result['revision']}")
-    _show_cluster(result)
+    if not _emit(result, output):
+        out.print(f"registered [bold]{escape(result['id'])}[/] at revision {result['revision']}")
+        _show_cluster(result)
 
 
 @clusters.command("list")
-def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
+def list_(
+    label: Labels = None, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
     """List clusters with their health."""
     rows: list[dict[str, Any]] = []
     cursor: str | None = None
@@ -248,29 +330,31 @@ def list_(label: Labels = None, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
         cursor = page.get("next_cursor")
         if not cursor:
             break
+    if _emit(rows, output):
+        return
     table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
         state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
-            c["id"],
-            c["name"],
-            c["server"],
-            c["auth_method"],
-            str(c["revision"]),
+            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"], str(c["revision"]))),
             state,
-            health.get("owner") or "-",
-            labels,
+            escape(health.get("owner") or "-"),
+            escape(labels),
         )
     out.print(table)
     out.print(f"{len(rows)} cluster(s)")
 
 
 @clusters.command("get")
-def get(cluster_id: str, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
+def get(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
     """Show one cluster."""
-    _show_cluster(_call(api_url, token, "GET", f"/v1/clusters/{cluster_id}"))
+    cluster = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    if not _emit(cluster, output):
+        _show_cluster(cluster)
 
 
 @clusters.command("update")
@@ -334,10 +418,13 @@ def remove(
 
 
 @clusters.command("test")
-def check(cluster_id: str, api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
-    """Connect to a cluster with its stored kubeconfig and report what it serves."""
+def check(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
+    """Connect to a cluster with its stored kubeconfig and report what it serves (exit 2 on failure)."""
     report = _call(api_url, token, "POST", f"/v1/clusters/{cluster_id}/test")
-    _show_report(report)
+    if not _emit(report, output):
+        _show_report(report)
     if not report["ok"]:
         raise typer.Exit(2)
 
@@ -349,9 +436,241 @@ def import_(api_url: ApiUrl = DEFAULT_URL, token: Token = "") -> None:
     table = Table("FILE", "CLUSTER", "OUTCOME", "REASONS")
     for item in report["files"]:
         table.add_row(
-            item["file"], item.get("cluster_id") or "-", item["outcome"], "; ".join(item["reasons"])
+            *map(
+                escape,
+                (item["file"], item.get("cluster_id") or "-", item["outcome"], "; ".join(item["reasons"])),
+            )
         )
     out.print(table)
+
+
+JOINED_NAMESPACE = "trainwatch.io/joined-namespace"
+OperatorKubeconfig = Annotated[
+    Path | None,
+    typer.Option(
+        "--kubeconfig",
+        dir_okay=False,
+        help="Your kubeconfig (default: $KUBECONFIG, else ~/.kube/config); your credentials stay here",
+    ),
+]
+OperatorContextOpt = Annotated[str, typer.Option("--context", help="Your context for the target cluster")]
+
+
+def _operator_context(kubeconfig: Path | None, context: str) -> joining.OperatorContext:
+    if kubeconfig is None:
+        first = (os.environ.get("KUBECONFIG") or "").split(os.pathsep)[0]
+        kubeconfig = Path(first) if first else Path.home() / ".kube" / "config"
+    try:
+        return joining.load_operator_context(kubeconfig, context)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+
+
+def _registration(api_url: str, token: str, cluster_id: str, op: joining.OperatorContext) -> dict[str, Any]:
+    """The registration, after checking that ``op`` points at the cluster it is registered for."""
+    cluster: dict[str, Any] = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    if cluster["server"].rstrip("/") != op.server:
+        raise _fail(
+            f"context {op.context!r} points at {op.server}, "
+            f"but {cluster_id} is registered at {cluster['server']}"
+        )
+    return cluster
+
+
+def _objects_table(rows: list[dict[str, Any]]) -> Table:
+    table = Table("KIND", "NAME", "NAMESPACE", "ACTION")
+    for row in rows:
+        table.add_row(*map(escape, (row["kind"], row["name"], row["namespace"] or "-", row["action"])))
+    return table
+
+
+def _mint(api: joining.KubeApi, options: joining.JoinOptions) -> joining.Minted:
+    if options.secret_token:
+        return api.secret_token(options)
+    return api.token_request(options)
+
+
+def _registry_dry_run(
+    api_url: str, token: str, body: dict[str, Any], wait_seconds: float = 15.0
+) -> dict[str, Any]:
+    """The registry's connectivity check with the new token. A new binding can take a moment to
+    reach the apiserver's RBAC cache, so a failed check is retried for a few seconds."""
+    deadline = time.monotonic() + wait_seconds
+    delay = 0.2
+    while True:
+        result = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+        report: dict[str, Any] = result["connectivity"]
+        if report["ok"] or time.monotonic() > deadline:
+            return report
+        time.sleep(delay)  # RBAC propagation in the target cluster: backoff, not synchronisation
+        delay = min(delay * 2, 2.0)
+
+
+@clusters.command("join")
+def join(
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    cluster_id: Annotated[
+        str | None, typer.Option("--id", help="Cluster id (default: from the context)")
+    ] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Display name (default: the context)")] = None,
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="Namespace for Trainwatch's ServiceAccount")
+    ] = "trainwatch",
+    token_lifetime: Annotated[
+        str, typer.Option("--token-lifetime", help="TokenRequest lifetime (s, m, h, d)")
+    ] = "8760h",
+    secret_token: Annotated[
+        bool, typer.Option("--secret-token", help="A non-expiring service-account-token Secret instead")
+    ] = False,
+    label: Labels = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Show the plan; create and register nothing")
+    ] = False,
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Create Trainwatch's read-only ServiceAccount in a cluster (with your credentials) and register it."""
+    op = _operator_context(kubeconfig, context)
+    cid = cluster_id or _slug(context)
+    if not cid:
+        raise _fail(f"cannot derive an id from the context {context!r}: pass --id")
+    try:
+        options = joining.JoinOptions(
+            cid,
+            namespace=namespace,
+            lifetime_seconds=joining.parse_lifetime(token_lifetime),
+            secret_token=secret_token,
+        )
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    objects = joining.plan(options)
+    credential = (
+        "service-account-token Secret (no expiry)" if secret_token else f"TokenRequest ({token_lifetime})"
+    )
+    result: dict[str, Any] = {"cluster_id": cid, "server": op.server, "dry_run": dry_run, "token": credential}
+    try:
+        with joining.KubeApi.connect(op) as api:
+            rows = [
+                {
+                    "kind": o.kind,
+                    "name": o.name,
+                    "namespace": o.namespace,
+                    "action": "exists (reused)" if api.get(o.path) is not None else "create",
+                }
+                for o in objects
+            ]
+            result["objects"] = rows
+            if dry_run:
+                if not _emit(result, output):
+                    out.print(
+                        f"[bold]dry run[/]: join {op.server} as [bold]{cid}[/]; nothing created or registered"
+                    )
+                    out.print(_objects_table(rows))
+                    out.print(f"token: {credential}", highlight=False)
+                return
+            for row, obj in zip(rows, objects, strict=True):
+                row["action"] = "created" if api.ensure(obj) == "created" else "exists (reused)"
+            minted = _mint(api, options)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    body: dict[str, Any] = {
+        "id": cid,
+        "name": name or context,
+        "labels": {**(_labels(label) or {}), JOINED_NAMESPACE: namespace},
+        "kubeconfig": joining.registered_kubeconfig(op, cid, minted.token),
+        "context": cid,
+    }
+    report = _registry_dry_run(api_url, token, body)
+    if not report["ok"]:
+        _show_report(report)
+        raise _fail(
+            f"the registry cannot use the new credentials: {report.get('error')}; "
+            f"nothing registered (`trainwatch clusters leave {cid} --context {context}` removes the objects)"
+        )
+    registered = _call(api_url, token, "POST", "/v1/clusters", json=body)
+    result["revision"] = registered["revision"]
+    result["token_expires_at"] = minted.expires_at.isoformat() if minted.expires_at else None
+    if not _emit(result, output):
+        out.print(_objects_table(rows))
+        expiry = f", token expires {result['token_expires_at']}" if minted.expires_at else ""
+        out.print(
+            f"joined [bold]{cid}[/] ({op.server}) at revision {registered['revision']}{expiry}",
+            highlight=False,
+        )
+
+
+@clusters.command("leave")
+def leave(
+    cluster_id: str,
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Default: the namespace join recorded")
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask")] = False,
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Unregister a joined cluster and delete the objects join created in it (only those)."""
+    op = _operator_context(kubeconfig, context)
+    cluster = _registration(api_url, token, cluster_id, op)
+    ns = namespace or cluster["labels"].get(JOINED_NAMESPACE) or "trainwatch"
+    if not yes:
+        typer.confirm(f"Unregister {cluster_id} and delete Trainwatch's objects in {op.server}?", abort=True)
+    _call(api_url, token, "DELETE", f"/v1/clusters/{cluster_id}")
+    objects = joining.plan(joining.JoinOptions(cluster_id, namespace=ns, secret_token=True))
+    try:
+        with joining.KubeApi.connect(op) as api:
+            rows = [
+                {"kind": o.kind, "name": o.name, "namespace": o.namespace, "action": api.delete_if_managed(o)}
+                for o in reversed(objects)
+            ]
+    except joining.JoinError as exc:
+        raise _fail(f"{cluster_id} is unregistered, but cleaning up failed: {exc}") from None
+    if not _emit({"cluster_id": cluster_id, "objects": rows}, output):
+        out.print(_objects_table(rows))
+        out.print(f"left [bold]{cluster_id}[/]", highlight=False)
+
+
+@clusters.command("rotate-token")
+def rotate_token(
+    cluster_id: str,
+    context: OperatorContextOpt,
+    kubeconfig: OperatorKubeconfig = None,
+    namespace: Annotated[
+        str | None, typer.Option("--namespace", help="Default: the namespace join recorded")
+    ] = None,
+    token_lifetime: Annotated[
+        str, typer.Option("--token-lifetime", help="TokenRequest lifetime (s, m, h, d)")
+    ] = "8760h",
+    output: OutputOpt = Output.table,
+    api_url: ApiUrl = DEFAULT_URL,
+    token: Token = "",
+) -> None:
+    """Mint a new token for a joined cluster's ServiceAccount and update the registration."""
+    op = _operator_context(kubeconfig, context)
+    cluster = _registration(api_url, token, cluster_id, op)
+    ns = namespace or cluster["labels"].get(JOINED_NAMESPACE) or "trainwatch"
+    try:
+        options = joining.JoinOptions(
+            cluster_id, namespace=ns, lifetime_seconds=joining.parse_lifetime(token_lifetime)
+        )
+        with joining.KubeApi.connect(op) as api:
+            minted = api.token_request(options)
+    except joining.JoinError as exc:
+        raise _fail(str(exc)) from None
+    body = {"kubeconfig": joining.registered_kubeconfig(op, cluster_id, minted.token), "context": cluster_id}
+    result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
+    expires = minted.expires_at.isoformat() if minted.expires_at else None
+    data = {"cluster_id": cluster_id, "revision": result["revision"], "token_expires_at": expires}
+    if not _emit(data, output):
+        out.print(
+            f"rotated the token of [bold]{cluster_id}[/]: revision {result['revision']}, expires {expires}",
+            highlight=False,
+        )
 
 
 def main() -> None:

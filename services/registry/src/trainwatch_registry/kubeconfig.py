@@ -14,6 +14,7 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -63,6 +64,8 @@ class SanitizedKubeconfig:
     auth_method: str
     document: dict[str, Any] = field(repr=False)
     connection_fingerprint: str
+    # When the credentials stop working, when the token says so (a JWT's ``exp``), else None.
+    credentials_expire_at: datetime | None = None
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=False)
@@ -364,4 +367,25 @@ def sanitize(
         auth_method=auth_method,
         document=document,
         connection_fingerprint=f"hmac-sha256:{keyed}",
+        credentials_expire_at=token_expiry(user.get("token")),
     )
+
+
+def token_expiry(token: Any) -> datetime | None:
+    """The ``exp`` claim of a bearer token that is a JWT (a ServiceAccount's TokenRequest token,
+    an OIDC id token), read without verifying the signature: it only says when to warn. None for
+    anything else. The token itself is never logged or kept."""
+    if not isinstance(token, str) or token.count(".") != 2:
+        return None
+    payload = token.split(".")[1]
+    try:
+        claims = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (binascii.Error, ValueError):
+        return None
+    exp = claims.get("exp") if isinstance(claims, dict) else None
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return None
+    try:
+        return datetime.fromtimestamp(exp, UTC)
+    except (OverflowError, OSError, ValueError):
+        return None

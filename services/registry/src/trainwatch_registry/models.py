@@ -146,6 +146,11 @@ class ClusterPublic(BaseModel):
     server: str
     auth_method: str
     connection_fingerprint: str
+    credentials_expire_at: datetime | None = Field(
+        None,
+        description="When the registered token expires (a JWT's exp claim, e.g. a TokenRequest token "
+        "from `trainwatch clusters join`); null when unknown or never. Renew with rotate-token.",
+    )
     revision: int
     source: str
     created_at: datetime

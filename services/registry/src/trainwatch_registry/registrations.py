@@ -95,6 +95,7 @@ def public_of(row: ClusterRow, health: dict[str, Any] | None = None) -> ClusterP
         server=row.server or "",
         auth_method=row.auth_method or "",
         connection_fingerprint=row.connection_fingerprint or "",
+        credentials_expire_at=row.credentials_expire_at,
         revision=row.revision,
         source=row.source,
         created_at=row.created_at,
@@ -185,6 +186,7 @@ class Registry:
             auth_method=sanitized.auth_method,
             kubeconfig_encrypted=None,
             connection_fingerprint=sanitized.connection_fingerprint,
+            credentials_expire_at=sanitized.credentials_expire_at,
             revision=revision,
             source=source,
             created_at=now,
@@ -268,6 +270,7 @@ class Registry:
                 changed.server = sanitized.server
                 changed.auth_method = sanitized.auth_method
                 changed.connection_fingerprint = sanitized.connection_fingerprint
+                changed.credentials_expire_at = sanitized.credentials_expire_at
             if changed == current:
                 return await self._public(current)  # nothing to change: no revision, no event
             changed.revision = current.revision + 1

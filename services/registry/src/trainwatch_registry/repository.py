@@ -30,6 +30,7 @@ class ClusterRow:
     created_at: datetime
     updated_at: datetime
     deleted_at: datetime | None
+    credentials_expire_at: datetime | None = None
 
     def values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -61,6 +62,8 @@ def _cluster(row: Any) -> ClusterRow:
     found = ClusterRow(**values)
     found.created_at, found.updated_at = as_utc(found.created_at), as_utc(found.updated_at)
     found.deleted_at = as_utc(found.deleted_at) if found.deleted_at is not None else None
+    if found.credentials_expire_at is not None:
+        found.credentials_expire_at = as_utc(found.credentials_expire_at)
     return found
 
 
@@ -138,6 +141,16 @@ async def mark_sent(conn: AsyncConnection, outbox_ids: list[int], *, at: datetim
 async def count_unsent(conn: AsyncConnection) -> int:
     query = select(func.count()).select_from(outbox).where(outbox.c.sent_at.is_(None))
     return int((await conn.execute(query)).scalar_one())
+
+
+async def credentials_expiring(conn: AsyncConnection, *, before: datetime) -> list[tuple[str, datetime]]:
+    """(id, expiry) of the live clusters whose credentials expire before ``before``."""
+    query = (
+        select(clusters.c.id, clusters.c.credentials_expire_at)
+        .where(clusters.c.deleted_at.is_(None), clusters.c.credentials_expire_at < before)
+        .order_by(clusters.c.credentials_expire_at)
+    )
+    return [(str(row.id), as_utc(row.credentials_expire_at)) for row in await conn.execute(query)]
 
 
 async def prune_sent(conn: AsyncConnection, *, before: datetime) -> None:

@@ -59,6 +59,12 @@ class RegistrySettings(ServiceSettings):
     allow_loopback_servers: bool = Field(
         False, description="Accept API servers on loopback addresses (tests, local demo)"
     )
+    registry_credentials_warning_days: float = Field(
+        14.0,
+        ge=0,
+        description="Count a cluster in trainwatch_registry_credentials_expiring (and log a warning) "
+        "when its token expires within this many days",
+    )
     allow_link_local_servers: bool = Field(False, description="Accept API servers on link-local addresses")
     allow_exec_plugins: bool = Field(
         False, description="Accept exec / auth-provider credential plugins (they run commands on watchers)"

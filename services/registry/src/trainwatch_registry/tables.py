@@ -47,6 +47,7 @@ clusters = Table(
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     Column("deleted_at", DateTime(timezone=True), nullable=True),
+    Column("credentials_expire_at", DateTime(timezone=True), nullable=True, doc="a JWT token's exp"),
 )
 
 outbox = Table(

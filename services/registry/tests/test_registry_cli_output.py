@@ -1,0 +1,99 @@
+"""What a kubectl user expects of the `trainwatch` CLI: -o table|json|yaml, exit codes, --version,
+errors printed literally, clear errors, no 80-column cut when piped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+
+import yaml
+from registry_kubeconfigs import as_yaml, kubeconfig
+from test_registry_cli import _run, api_url
+
+from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
+
+__all__ = ["api_url"]  # the fixture, shared with the CLI's other tests
+
+
+async def test_output_formats(api_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "east.yaml"
+    path.write_text(as_yaml(kubeconfig()))
+    code, output = await _run(
+        "clusters", "add", "--name", "GPU East", "--kubeconfig", str(path), "-o", "json", url=api_url
+    )
+    assert code == 0, output
+    assert json.loads(output)["id"] == "gpu-east"
+    code, output = await _run("clusters", "get", "gpu-east", "-o", "yaml", url=api_url)
+    assert code == 0, output
+    got = yaml.safe_load(output)
+    assert got["server"] == "https://k8s.example.com:6443"
+    assert "credentials_expire_at" in got
+    code, output = await _run("clusters", "list", "--output", "json", url=api_url)
+    assert [c["id"] for c in json.loads(output)] == ["gpu-east"]
+    code, output = await _run("clusters", "list", "-o", "xml", url=api_url)
+    assert code == 2
+    assert "xml" in output
+
+
+async def test_a_failed_dry_run_exits_non_zero(api_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "unreachable.yaml"
+    path.write_text(as_yaml(kubeconfig(server="https://unreachable.invalid:6443")))
+    code, output = await _run(
+        "clusters", "add", "--name", "x", "--kubeconfig", str(path), "--dry-run", url=api_url
+    )
+    assert code == 2, output
+    assert "failed" in output
+    code, output = await _run(
+        "clusters", "add", "--name", "x", "--kubeconfig", str(path), "--dry-run", "-o", "json", url=api_url
+    )
+    assert code == 2
+    assert json.loads(output)["connectivity"]["ok"] is False
+
+
+async def test_version() -> None:
+    code, output = await _run("--version", url="http://127.0.0.1:1")
+    assert code == 0
+    assert output.startswith("trainwatch ")
+
+
+async def test_errors_print_brackets_literally_and_cjk_names_need_an_id(api_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "east.yaml"
+    path.write_text(as_yaml(kubeconfig()))
+    code, output = await _run(
+        "clusters", "add", "--name", "x", "--id", "Not_A_Slug", "--kubeconfig", str(path), url=api_url
+    )
+    assert code == 1
+    assert CLUSTER_ID_PATTERN in output  # '^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$', brackets and all
+    code, output = await _run("clusters", "add", "--name", "训练集群", "--kubeconfig", str(path), url=api_url)
+    assert code == 1
+    assert "cannot make a cluster id from the name '训练集群'" in output
+    assert "--id" in output
+    code, output = await _run(
+        "clusters", "add", "--name", "训练集群", "--id", "train-cn", "--kubeconfig", str(path), url=api_url
+    )
+    assert code == 0, output
+    assert "训练集群" in output
+
+
+async def test_piped_output_is_not_cut_at_80_columns(api_url: str, tmp_path: Path) -> None:
+    path = tmp_path / "long.yaml"
+    long_server = "https://" + "a" * 60 + ".example.com:6443"
+    path.write_text(as_yaml(kubeconfig(server=long_server)))
+    code, output = await _run(
+        "clusters", "add", "--name", "n" * 60, "--id", "long", "--kubeconfig", str(path), url=api_url
+    )
+    assert code == 0, output
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env.update(TRAINWATCH_API_URL=api_url, TRAINWATCH_API_TOKEN="admin-token")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "trainwatch_registry.cli", "clusters", "list", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await process.communicate()
+    assert process.returncode == 0, stderr.decode()
+    line = next(line for line in stdout.decode().splitlines() if "long" in line)
+    assert "n" * 60 in line
+    assert long_server in line
