@@ -318,7 +318,7 @@ class EvidenceCache:
         keys: set[str] = set()
         if old is not None:
             for uid in old.owners:
-                index.pop(uid, None)  # type: ignore[arg-type]
+                index.pop(uid, None)
                 keys.add(f"uid={uid}")
         if obj is None:
             return keys
