@@ -16,6 +16,7 @@ from notifier_chat_sinks import WEBHOOK_SECRET, ChatSinks
 from notifier_support import (
     all_acked,
     consumer_with_ack_wait,
+    delivery_marker,
     feishu_rules,
     kill,
     make_event,
@@ -151,14 +152,15 @@ async def test_killed_while_waiting_on_the_rate_limit_is_sent_after_the_restart(
     }
     process = notifier_process(env, tmp_path / "notifier.log")
     second = make_event(name="second", sequence=4)
-    second_key = f"trainwatch:notified:ml-feishu:{second.event_id}"
     try:
         await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
         await publish(js, make_event(name="first"))
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the first is sent")
         await publish(js, second)
         await eventually(
-            lambda: redis.exists(second_key), timeout=10, message="the second is taken and waiting"
+            lambda: delivery_marker(js, second.event_id),
+            timeout=10,
+            message="the second is taken and waiting",
         )
         kill(process)  # well before its token comes back: the second was never sent
     finally:

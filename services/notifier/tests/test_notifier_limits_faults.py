@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from notifier_support import all_acked, feishu_rules, make_event, publish, running, settings_for
+from notifier_support import (
+    all_acked,
+    delivery_marker,
+    feishu_rules,
+    make_event,
+    publish,
+    running,
+    settings_for,
+)
 from redis.asyncio import Redis
 
 from trainwatch_common.testing import RedisServer, eventually
@@ -70,7 +78,7 @@ async def test_a_token_counts_from_when_its_request_was_answered(
             await publish(js, second)
             await publish(js, third)
             await eventually(
-                lambda: redis.exists(f"trainwatch:notified:ml-feishu:{second.event_id}"),
+                lambda: delivery_marker(js, second.event_id),
                 message="the second is taken and waits for a token",
             )
             await asyncio.to_thread(redis_process.stop)

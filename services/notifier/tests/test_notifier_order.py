@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from notifier_support import (
     all_acked,
     consumer_with_ack_wait,
+    delivery_marker,
     feishu_rules,
     kill,
     make_event,
@@ -68,7 +69,7 @@ async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_ol
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             timeout=10,
             message="the Restarting is taken and waits for a token",
         )
@@ -179,7 +180,7 @@ async def test_a_jobs_events_keep_their_order_when_redis_loses_its_data_mid_send
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             message="the Restarting is taken and waits for a token",
         )
         await redis.flushall()
@@ -212,7 +213,7 @@ async def test_an_event_held_back_here_keeps_its_place_when_redis_loses_the_job_
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             message="the Restarting is taken and waits for a token",
         )
         await publish(js, make_event(name="train-9", phase=Phase.SUSPENDED, sequence=2))

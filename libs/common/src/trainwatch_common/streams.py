@@ -81,6 +81,18 @@ CLUSTERS_BUCKET = KeyValueConfig(
     storage=StorageType.FILE,
 )
 
+# The notifier's delivery markers (key: ``<channel>.<event id>``, value: held / sending / sent /
+# dead), written by the notifier alone. In NATS rather than Redis: they are the only record that a
+# card went out, and Redis losing its data must never cost a card sent twice. ``max_age`` is the
+# notifier's idempotency TTL (longer than JOBS' retention, so a replay is still recognised).
+NOTIFIER_DELIVERIES_BUCKET = KeyValueConfig(
+    bucket="trainwatch_notifier_deliveries",
+    description="The notifier's per (channel, event) delivery markers, kept by the notifier",
+    history=1,
+    storage=StorageType.FILE,
+    ttl=14 * DAY,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class DurableConsumer:
@@ -169,6 +181,17 @@ async def ensure_clusters_bucket(js: JetStreamContext) -> KeyValue:
         return await js.key_value(CLUSTERS_BUCKET.bucket)
     except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
         return await js.create_key_value(config=CLUSTERS_BUCKET)
+
+
+async def ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The bucket, created if it is missing (an existing one is used as it is)."""
+    try:
+        return await js.key_value(config.bucket)
+    except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
+        try:
+            return await js.create_key_value(config=config)
+        except BadRequestError:  # another replica created it between our two calls
+            return await js.key_value(config.bucket)
 
 
 async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -22,7 +23,7 @@ from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
-from trainwatch_common.streams import NOTIFIER_CONSUMER
+from trainwatch_common.streams import NOTIFIER_CONSUMER, NOTIFIER_DELIVERIES_BUCKET, ensure_bucket
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
@@ -104,14 +105,12 @@ class Notifier:
         js = nc.jetstream()
         await ensure_streams(js)
         await ensure_consumer(js, NOTIFIER_CONSUMER)
+        deliveries = await ensure_bucket(
+            js, dataclasses.replace(NOTIFIER_DELIVERIES_BUCKET, ttl=float(settings.idempotency_ttl_seconds))
+        )
         deadletters = DeadLetters(js)
         deps = WorkerDeps(
-            keys=IdempotencyKeys(
-                redis,
-                prefix=settings.redis_prefix,
-                ttl_seconds=settings.idempotency_ttl_seconds,
-                instance=self.instance,
-            ),
+            keys=IdempotencyKeys(deliveries, instance=self.instance),
             deadletters=deadletters,
             limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
             if settings.shared_rate_limits

@@ -18,14 +18,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from redis.exceptions import RedisError
-
 from trainwatch_common import JobStatusEvent
 from trainwatch_notifier import metrics
 from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError, RetryableSendError
 from trainwatch_notifier.clock import Clock, Sleep
 from trainwatch_notifier.deadletter import DeadLetters
-from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
+from trainwatch_notifier.dedupe import Claim, IdempotencyKeys, MarkersUnavailable
 from trainwatch_notifier.digest import BurstDetector
 from trainwatch_notifier.limits import BotLimits, Bucket, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
@@ -87,7 +85,7 @@ class Lane:
 
     queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     busy: bool = False
-    # Our idempotency keys for the delivery under way, as they are in Redis: "held" while we wait
+    # Our idempotency keys for the delivery under way, as they are in the KV bucket: "held" while we wait
     # (a crash then loses nothing), "sending" while a request may be out (its outcome unknown).
     claims: list[Claim] = field(default_factory=list)
 
@@ -191,7 +189,7 @@ class ChannelWorker:
             return
         except ClaimLost:
             log.info("another sender took these deliveries over", extra={"channel": self.name})
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(MarkersUnavailable):
                 await self.deps.keys.release(lane.claims)  # the ones still ours, held
             for item in to_send:
                 metrics.DELIVERIES.labels(self.name, "retry").inc()
@@ -201,7 +199,7 @@ class ChannelWorker:
             held = [claim for claim in lane.claims if claim.state == "held"]
             if len(held) < len(lane.claims):  # a request may have reached the bot: keep "sending"
                 log.warning("cancelled during a send; its outcome is unknown", extra={"channel": self.name})
-            with contextlib.suppress(RedisError):  # nothing of these went out: a later copy sends
+            with contextlib.suppress(MarkersUnavailable):  # nothing of these went out: a later copy sends
                 await asyncio.shield(self.deps.keys.release(held))
             raise
         self._burst.record()
@@ -240,11 +238,11 @@ class ChannelWorker:
     async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
         keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
         # Without rate limits the request follows the claim at once: claim it as "sending" (one
-        # round trip fewer); with them, "held" for the wait for a token. While Redis is away the
+        # round trip fewer); with them, "held" for the wait for a token. While NATS is away the
         # items wait here, in their lane's order: put back, they would return after a delay, and a
-        # job's newer event could overtake them if Redis comes back without its data.
+        # job's newer event could overtake them (Redis may have lost the job order meanwhile).
         state: Literal["held", "sending"] = "held" if self._bucket.limits else "sending"
-        claims = await self._until_redis_answers(lambda: self.deps.keys.claim(keys, state=state), "claim")
+        claims = await self._until_markers_answer(lambda: self.deps.keys.claim(keys, state=state), "claim")
         claimed: list[tuple[Item, Claim]] = []
         for item, claim in zip(items, claims, strict=True):
             if claim.mine:
@@ -325,15 +323,15 @@ class ChannelWorker:
             raise
         await self._bucket.answered(token)
 
-    async def _until_redis_answers(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        """Nothing may be claimed or posted without Redis: wait for it, with back-off."""
+    async def _until_markers_answer(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        """Nothing may be claimed or posted without the markers: wait for them, with back-off."""
         delay = 0.1
         while True:
             try:
                 return await operation()
-            except RedisError as exc:
+            except MarkersUnavailable as exc:
                 log.warning(
-                    "redis unavailable, waiting",
+                    "delivery markers unavailable, waiting",
                     extra={"channel": self.name, "action": what, "error": repr(exc)},
                 )
                 await self.deps.sleep(delay)
@@ -342,15 +340,15 @@ class ChannelWorker:
     async def _swap_claims(
         self, swap: Callable[[list[Claim]], Awaitable[list[Claim] | None]], claims: list[Claim]
     ) -> list[Claim]:
-        """Move our markers to their next state, waiting while Redis is away (nothing may be
+        """Move our markers to their next state, waiting while NATS is away (nothing may be
         posted without it); ClaimLost if another sender has taken any of them over."""
-        swapped = await self._until_redis_answers(lambda: swap(claims), "mark a send")
+        swapped = await self._until_markers_answer(lambda: swap(claims), "mark a send")
         if swapped is None:
             raise ClaimLost()
         return swapped
 
     async def _record_sent(self, claims: list[Claim]) -> None:
-        """The send happened: record it before anything is acked, retrying while Redis is away.
+        """The send happened: record it before anything is acked, retrying while NATS is away.
 
         If the process dies before this succeeds the keys keep their "sending" markers and a
         redelivered copy is handled by the unconfirmed policy instead of being sent again.
@@ -360,7 +358,7 @@ class ChannelWorker:
             try:
                 await self.deps.keys.mark_sent([claim.key for claim in claims])
                 return
-            except RedisError as exc:
+            except MarkersUnavailable as exc:
                 log.warning("cannot record a send yet", extra={"channel": self.name, "error": repr(exc)})
                 await self.deps.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -381,7 +379,7 @@ class ChannelWorker:
                     "cannot publish a dead letter yet", extra={"channel": self.name, "error": repr(exc)}
                 )
                 if claim.mine:  # nothing was sent (or the bot refused it): give our claim back
-                    with contextlib.suppress(RedisError):
+                    with contextlib.suppress(MarkersUnavailable):
                         await self.deps.keys.release([claim])
                 await item.message.settle(self.name, retry=True)
                 continue
@@ -396,6 +394,6 @@ class ChannelWorker:
                     "detail": detail,
                 },
             )
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(MarkersUnavailable):
                 await self.deps.keys.mark_dead([self.deps.keys.key(item.event.event_id, self.name)], reason)
             await item.message.settle(self.name, retry=False)
