@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -20,7 +21,14 @@ from typing import Literal, Protocol, TypeVar
 
 from trainwatch_common import JobStatusEvent
 from trainwatch_notifier import metrics
-from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError, RetryableSendError
+from trainwatch_notifier.channels.base import (
+    ATTEMPT,
+    Attempt,
+    Body,
+    Channel,
+    PermanentSendError,
+    RetryableSendError,
+)
 from trainwatch_notifier.clock import Clock, Sleep
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import Claim, IdempotencyKeys, MarkersUnavailable
@@ -59,7 +67,7 @@ class WorkerDeps:
     retry_cap_seconds: float = 60.0
     retry_max_seconds: float = 600.0
     unconfirmed_after_seconds: float = 120.0
-    unconfirmed_policy: Literal["deadletter", "resend"] = "deadletter"
+    unconfirmed_policy: Literal["deadletter", "resend"] = "resend"
     clock: Clock = time.monotonic
     sleep: Sleep = asyncio.sleep
     # Test seam: awaited after a send is recorded as sent and before its messages are settled.
@@ -88,6 +96,9 @@ class Lane:
     # Our idempotency keys for the delivery under way, as they are in the KV bucket: "held" while we wait
     # (a crash then loses nothing), "sending" while a request may be out (its outcome unknown).
     claims: list[Claim] = field(default_factory=list)
+    # Taken over from a sender that died with a request out: the bot may have it already, so each
+    # attempt says it is a resend (under the same idempotency key).
+    resend: bool = False
 
 
 class ClaimLost(Exception):
@@ -168,12 +179,14 @@ class ChannelWorker:
         claimed = await self._claim(items)
         if not claimed:
             return
-        to_send = [item for item, _ in claimed]
-        lane.claims = [claim for _, claim in claimed]
+        to_send = [item for item, _, _ in claimed]
+        lane.claims = [claim for _, claim, _ in claimed]
+        lane.resend = any(unconfirmed for _, _, unconfirmed in claimed)
         try:
             await self._send(to_send, lane)
         finally:
             lane.claims = []
+            lane.resend = False
 
     async def _send(self, to_send: list[Item], lane: Lane) -> None:
         kind = "digest" if len(to_send) > 1 else "single"
@@ -235,7 +248,9 @@ class ChannelWorker:
         )
         return self.channel.render_digest(digest)
 
-    async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
+    async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim, bool]]:
+        """The items this sender now owns, each with its claim and whether a sender before it died
+        with a request out (its outcome unknown: what follows is a resend)."""
         keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
         # Without rate limits the request follows the claim at once: claim it as "sending" (one
         # round trip fewer); with them, "held" for the wait for a token. While NATS is away the
@@ -243,10 +258,10 @@ class ChannelWorker:
         # job's newer event could overtake them (Redis may have lost the job order meanwhile).
         state: Literal["held", "sending"] = "held" if self._bucket.limits else "sending"
         claims = await self._until_markers_answer(lambda: self.deps.keys.claim(keys, state=state), "claim")
-        claimed: list[tuple[Item, Claim]] = []
+        claimed: list[tuple[Item, Claim, bool]] = []
         for item, claim in zip(items, claims, strict=True):
             if claim.mine:
-                claimed.append((item, claim))
+                claimed.append((item, claim, False))
             elif claim.state in ("sent", "dead"):
                 metrics.DELIVERIES.labels(self.name, "duplicate").inc()
                 await item.message.settle(self.name, retry=False)
@@ -257,8 +272,9 @@ class ChannelWorker:
                 taken := await self.deps.keys.take_over(claim)
             ):
                 # "held": its sender died before any request went out, so sending loses nothing
-                # and repeats nothing. "sending": its outcome is unknown; the policy said resend.
-                claimed.append((item, taken))
+                # and repeats nothing. "sending": its outcome is unknown; the policy said resend
+                # (never lost; the bot may show it twice, the second time marked as a resend).
+                claimed.append((item, taken, claim.state == "sending"))
             elif claim.state == "held":
                 metrics.DELIVERIES.labels(self.name, "retry").inc()  # taken over by another copy first
                 await item.message.settle(self.name, retry=True)
@@ -285,7 +301,9 @@ class ChannelWorker:
                 lane.claims = await self._swap_claims(deps.keys.begin_request, lane.claims)
             started = time.perf_counter()
             try:
-                await self._post(body, token)
+                await self._post(
+                    body, token, Attempt(self._idempotency_key(lane.claims), lane.resend or unanswered)
+                )
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
                 unanswered = unanswered or exc.maybe_delivered
@@ -313,14 +331,25 @@ class ChannelWorker:
             metrics.SENDS.labels(self.name, kind, "ok").inc()
             return
 
-    async def _post(self, body: Body, token: Token) -> None:
+    @staticmethod
+    def _idempotency_key(claims: list[Claim]) -> str:
+        """The delivery's key: its marker's for one event, a hash of them all for a digest."""
+        if len(claims) == 1:
+            return claims[0].key
+        joined = "\n".join(sorted(claim.key for claim in claims))
+        return "digest." + hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+    async def _post(self, body: Body, token: Token, attempt: Attempt) -> None:
         """One request; once it is answered (or failed), its token counts from now: the bot counted
         the request no earlier, however long ago the token was taken."""
+        context = ATTEMPT.set(attempt)
         try:
             await self.channel.post(body)
         except Exception:
             await self._bucket.answered(token)
             raise
+        finally:
+            ATTEMPT.reset(context)
         await self._bucket.answered(token)
 
     async def _until_markers_answer(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
