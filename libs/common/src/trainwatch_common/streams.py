@@ -93,6 +93,18 @@ NOTIFIER_DELIVERIES_BUCKET = KeyValueConfig(
     ttl=14 * DAY,
 )
 
+# Each notifier process's recent sends per bot (key: ``<bot digest>.<process>``, value: JSON list
+# of send times), so a notifier that starts again right before Redis loses its data still counts
+# its predecessor's sends of the last window. Kept an hour after a process's last write, longer
+# than any bot's window.
+NOTIFIER_SENDS_BUCKET = KeyValueConfig(
+    bucket="trainwatch_notifier_sends",
+    description="Each notifier process's recent sends per bot, for the bots' rate limits",
+    history=1,
+    storage=StorageType.FILE,
+    ttl=3600.0,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class DurableConsumer:

@@ -23,7 +23,12 @@ from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
-from trainwatch_common.streams import NOTIFIER_CONSUMER, NOTIFIER_DELIVERIES_BUCKET, ensure_bucket
+from trainwatch_common.streams import (
+    NOTIFIER_CONSUMER,
+    NOTIFIER_DELIVERIES_BUCKET,
+    NOTIFIER_SENDS_BUCKET,
+    ensure_bucket,
+)
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
@@ -112,7 +117,11 @@ class Notifier:
         deps = WorkerDeps(
             keys=IdempotencyKeys(deliveries, instance=self.instance),
             deadletters=deadletters,
-            limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
+            limits=BotLimits(
+                redis=redis,
+                prefix=settings.redis_prefix,
+                windows=await ensure_bucket(js, NOTIFIER_SENDS_BUCKET),
+            )
             if settings.shared_rate_limits
             else BotLimits(),
             dashboard_url=settings.dashboard_url,

@@ -27,6 +27,7 @@ from trainwatch_notifier.channels.base import (
     Body,
     Channel,
     PermanentSendError,
+    RateLimitedError,
     RetryableSendError,
 )
 from trainwatch_notifier.clock import Clock, Sleep
@@ -306,6 +307,8 @@ class ChannelWorker:
                 )
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                if isinstance(exc, RateLimitedError):  # the bot counts sends we did not: learn them
+                    await self._bucket.refused()
                 unanswered = unanswered or exc.maybe_delivered
                 if not unanswered:  # the bot answered "no" to every attempt: nothing went out
                     lane.claims = await self._swap_claims(deps.keys.end_request, lane.claims)

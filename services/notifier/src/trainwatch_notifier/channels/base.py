@@ -4,6 +4,7 @@ Exceptions::
 
     SendError                  a send did not succeed; ``reason`` is a short slug for metrics
     ├── RetryableSendError     try again later (429, 5xx, rate-limit codes, transport errors)
+    │   └── RateLimitedError   the bot's rate limit (429, 11232, 130101, 45009)
     └── PermanentSendError     retrying cannot help (bad signature, keyword, token, body)
 
 Retry decisions go by class, never by message.
@@ -70,6 +71,11 @@ class RetryableSendError(SendError):
         self.maybe_delivered = maybe_delivered
 
 
+class RateLimitedError(RetryableSendError):
+    """The bot refused the request for its rate limit (HTTP 429, Feishu 11232, DingTalk 130101,
+    WeCom 45009): nothing went out, and the bot's window is fuller than this process counted."""
+
+
 class PermanentSendError(SendError):
     pass
 
@@ -133,7 +139,7 @@ async def post_bytes(
     except httpx.TransportError as exc:  # read/write errors and timeouts: the bot may have it
         raise RetryableSendError("transport", type(exc).__name__, maybe_delivered=True) from None
     if response.status_code == 429:
-        raise RetryableSendError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
+        raise RateLimitedError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
     if response.status_code >= 500:
         raise RetryableSendError(f"http-{response.status_code}", response.text[:200])
     if response.status_code >= 400:
