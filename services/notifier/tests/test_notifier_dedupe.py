@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import nats.errors
 import pytest
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from trainwatch_common.streams import NOTIFIER_DELIVERIES_BUCKET, ensure_bucket
-from trainwatch_notifier.dedupe import IdempotencyKeys
+from trainwatch_notifier.dedupe import IdempotencyKeys, MarkersUnavailable
 
 
 @pytest.fixture
@@ -115,3 +116,25 @@ async def test_a_digest_claims_many_keys_and_marks_dead(kv: KeyValue) -> None:
     assert [c.state for c in claims] == ["sent"] * 10 + ["held"] * 40
     await keys.mark_dead(names[10:], "feishu-bad-signature")
     assert [c.state for c in await keys.claim(names)] == ["sent"] * 10 + ["dead"] * 40
+
+
+async def test_a_claim_cut_short_by_nats_gives_back_what_it_took(kv: KeyValue) -> None:
+    """A digest's keys are claimed together; should NATS fail for one of them, the others are
+    released, so the retry claims them again instead of finding our own markers as someone else's."""
+
+    class Flaky:
+        def __getattr__(self, name: str) -> object:
+            return getattr(kv, name)
+
+        async def create(self, key: str, value: bytes) -> int:
+            if key.endswith(".e1"):
+                raise nats.errors.TimeoutError
+            return await kv.create(key, value)
+
+    flaky = IdempotencyKeys(Flaky(), instance="a", clock=Clock())  # type: ignore[arg-type]
+    names = [flaky.key(f"e{i}", "c") for i in range(3)]
+    with pytest.raises(MarkersUnavailable):
+        await flaky.claim(names)
+    assert {await state_of(kv, name) for name in names} == {None}
+    keys = IdempotencyKeys(kv, instance="a", clock=Clock())
+    assert all(claim.mine for claim in await keys.claim(names))

@@ -119,7 +119,18 @@ class IdempotencyKeys:
         """Try to claim every key (concurrently); each result says what was found. A sender whose
         request follows at once (nothing to wait for) claims straight as "sending"."""
         marker = self._marker(state)
-        return list(await asyncio.gather(*(self._claim_one(key, state, marker) for key in keys)))
+        results = await asyncio.gather(
+            *(self._claim_one(key, state, marker) for key in keys), return_exceptions=True
+        )
+        claims = [result for result in results if isinstance(result, Claim)]
+        failed = next((result for result in results if isinstance(result, BaseException)), None)
+        if failed is None:
+            return claims
+        # Some keys could not be claimed: give back those that were, so the retry (which calls
+        # again with every key) does not find our own fresh markers and take them for another's.
+        with contextlib.suppress(MarkersUnavailable):
+            await self.release(claims)
+        raise failed
 
     async def _claim_one(self, key: str, state: ClaimState, marker: str) -> Claim:
         while True:
