@@ -157,6 +157,7 @@ class Notifier:
             deadletters=deadletters,
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
+            ack_wait_seconds=ack_wait,
         )
         health_started = asyncio.Event()
         try:
