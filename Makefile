@@ -9,7 +9,8 @@ run: bootstrap-run  ## Run the whole system locally (embedded defaults, simulate
 	$(UV) run python scripts/run_local.py
 
 # The short chaos run is left out of `make test` until it reliably prints 0 on every surface (issue
-# 13: a notifier killed mid-request can still lose a card, and that would fail every build).
+# 13: after a NATS outage the JOBS stream can still hold a job's events out of sequence order, a
+# watcher's publish retry landing after its successors; SQL and the cards are in order).
 # `make test TEST_MARKERS=` runs it too; `make chaos-short` runs it alone.
 TEST_MARKERS ?= not chaos
 

@@ -18,7 +18,11 @@ The promise (docs/contracts.md) decides what counts:
   after itself (the watcher emits only changes) or under an event id already used for another
   state (an id must name one event forever). The same id with the same state again is a
   **replay**: every consumer recognises it by its id (contracts: "a replay is recognised as
-  such"), so it is reported in its own column and not failed on.
+  such"), so it is reported in its own column and not failed on. Cards carry the notifier's
+  idempotency key per (event, channel): a card again under its key is **duplicated**, unless
+  the notifier marked it as the resend of a send whose outcome it could not know (its sender
+  killed with the request out): that is what it promises then (docs/contracts.md, "never lost;
+  a repeat only when a send's outcome was lost, and marked"), counted as **resent**, not failed on.
 - An observed state that comes after a later one, i.e. one that matches a true state the job
   had already passed, is **out of order**; one the job never had is **never true** (reported,
   and counted with out of order in the summary line: both break the per-job history).
@@ -78,6 +82,7 @@ class Seen:
     terminal: bool
     ident: str | None = None
     detail: str = ""  # what to print about it (stream seq, sequence, epoch...)
+    resend: bool = False  # a card the notifier marked as the resend of a send whose outcome it lost
 
 
 def state_key(change: str, phase: str, sub_phase: str | None, terminal: bool) -> Key:
@@ -107,6 +112,7 @@ class JobResult:
     out_of_order: int = 0
     never_true: int = 0
     replayed: int = 0  # the same event id with the same state again (reported, not failed on)
+    resent: int = 0  # a card again under its idempotency key, marked as a resend (not failed on)
     wrong_final: bool = False
     notes: list[str] = field(default_factory=list)
     lost_at: list[int] = field(default_factory=list)  # indices of the lost states in the job's truth
@@ -124,10 +130,16 @@ def compare_job(
     *,
     final: Key | None,
     repeats_are_duplicates: bool,
+    resends: Sequence[bool] | None = None,
 ) -> JobResult:
     """``truth``: (key, required) per true state in order; ``seen``: (key, ident) in observed
     order; ``final``: the surface's final state when it keeps one apart (SQL's ``jobs`` row),
-    else the last seen key is the final state."""
+    else the last seen key is the final state.
+
+    ``resends`` (cards): per seen item, whether the notifier marked it as the resend of a send
+    whose outcome it could not know. Then the same ident with the same state again is what the
+    notifier promises in that case (docs/contracts.md), counted as **resent**; unmarked, it is a
+    card sent twice (**duplicated**). Without ``resends`` it is a **replay** (stream, SQL)."""
     result = JobResult(surface, uid, expected=len(truth), observed=len(seen))
     truth_keys = [matching(key) for key, _ in truth]
     matched = [False] * len(truth)
@@ -135,10 +147,17 @@ def compare_job(
     idents: dict[str, Key] = {}
     previous: Key | None = None
     last_good: Key | None = None
-    for key, ident in seen:
+    for index, (key, ident) in enumerate(seen):
         if ident is not None:
             if ident in idents and idents[ident] == key:
-                result.replayed += 1  # the same event again: every consumer recognises it by its id
+                if resends is None:
+                    result.replayed += 1  # the same event again: consumers recognise it by its id
+                elif resends[index]:
+                    result.resent += 1
+                    result.notes.append(f"{fmt(key)} resent after an unconfirmed send")
+                else:
+                    result.duplicated += 1
+                    result.notes.append(f"{fmt(key)} sent twice under one idempotency key")
                 continue
             if ident in idents:
                 result.duplicated += 1
@@ -248,8 +267,8 @@ class Report:
         )
 
     def table(self) -> str:
-        head = ("surface", "expected", "seen", "replayed", "collapsed", "lost", "duplicated", "wrong final",
-                "out of order", "never true", "jobs failing", "unknown jobs")  # fmt: skip
+        head = ("surface", "expected", "seen", "replayed", "resent", "collapsed", "lost", "duplicated",
+                "wrong final", "out of order", "never true", "jobs failing", "unknown jobs")  # fmt: skip
         rows = [head]
         for s in SURFACES:
             rows.append(
@@ -258,6 +277,7 @@ class Report:
                     str(self.total(s, "expected")),
                     str(self.total(s, "observed")),
                     str(self.total(s, "replayed")),
+                    str(self.total(s, "resent")),
                     str(self.total(s, "collapsed")),
                     str(self.total(s, "lost")),
                     str(self.total(s, "duplicated")),
@@ -330,14 +350,16 @@ def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
             lost[surface] += [rows[j].position for j in results[surface][-1].lost_at]
         routed = [r for r in rows if routed_to_cards(r)]
         cards = [(card_key(r.phase, r.terminal), r.terminal) for r in routed]
+        job_cards = seen.cards.get(uid, [])
         results["cards"].append(
             compare_job(
                 "cards", uid, cards,
-                keyed(seen.cards.get(uid, []), lambda s: card_key(s.phase, s.terminal)),
+                keyed(job_cards, lambda s: card_key(s.phase, s.terminal)),
                 final=None,
                 # A card shows no sub-phase: two true states may look alike (Suspended/Aborting,
                 # then Suspended), so only a card matching an already delivered one is a repeat.
                 repeats_are_duplicates=False,
+                resends=[s.resend for s in job_cards],
             )
         )  # fmt: skip
         lost["cards"] += [routed[j].position for j in results["cards"][-1].lost_at]

@@ -229,7 +229,10 @@ def parse_card(received: Received) -> tuple[str, Seen] | None:
         return None
     phase = words[-1]
     terminal = phase in ("Succeeded", "Failed") and not finishing
-    return uid, Seen("transition", phase, None, terminal, ident=None, detail=title)
+    return uid, Seen(
+        "transition", phase, None, terminal,
+        ident=received.idempotency_key, detail=title, resend=received.resend,
+    )  # fmt: skip
 
 
 def cards_by_uid(received: list[Received]) -> tuple[dict[str, list[Seen]], int]:

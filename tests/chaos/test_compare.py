@@ -100,3 +100,22 @@ def test_a_deletion_with_a_stale_phase_is_a_deletion_and_a_wrong_final_state() -
     stale = [*seen(LIFE)[:4], Seen("deleted", "Running", None, False, ident="d")]
     stream = compare(LIFE, Observations(stream={"u1": stale})).results["stream"][0]
     assert (stream.lost, stream.never_true, stream.wrong_final) == (1, 0, True)  # Succeeded* lost
+
+
+def test_a_card_again_under_its_key_is_a_duplicate_unless_marked_as_a_resend() -> None:
+    """The notifier's promise for a send whose outcome it lost (its sender killed mid-request):
+    sent again, marked as a resend under the same idempotency key. Only that repeat is allowed."""
+    restarting = Seen("transition", "Restarting", None, False, ident="ch.id2")
+    succeeded = Seen("transition", "Succeeded", None, True, ident="ch.id4")
+    finals = {"u1": (True, "Succeeded", None, True)}
+
+    def cards_report(cards: list[Seen]) -> tuple[int, int]:
+        report = compare(LIFE, Observations({"u1": seen(LIFE)}, {"u1": seen(LIFE)}, finals, {"u1": cards}))
+        return report.total("cards", "duplicated"), report.total("cards", "resent")
+
+    resent = dataclasses.replace(succeeded, resend=True)
+    assert cards_report([restarting, succeeded, resent]) == (0, 1)
+    assert cards_report([restarting, succeeded, succeeded]) == (1, 0)  # not marked: sent twice
+    assert cards_report([restarting, resent]) == (0, 0)  # the first copy never arrived: just the card
+    other = dataclasses.replace(succeeded, ident="ch.id9", resend=True)
+    assert cards_report([restarting, succeeded, other]) == (1, 0)  # another key's "resend" is no excuse

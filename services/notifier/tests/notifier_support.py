@@ -15,6 +15,7 @@ from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import KeyDeletedError, KeyNotFoundError
 
 from trainwatch_common import (
     JobRef,
@@ -24,8 +25,10 @@ from trainwatch_common import (
     ensure_streams,
     job_event_id,
 )
+from trainwatch_common.streams import NOTIFIER_DELIVERIES_BUCKET, ensure_bucket
 from trainwatch_common.testing.events import publish_job_event
 from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.settings import NotifierSettings
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -171,3 +174,13 @@ def kill(process: subprocess.Popen[bytes]) -> None:
     """kill -9: no shutdown, no put-back; what the process held comes back after the ack wait."""
     process.send_signal(signal.SIGKILL)
     process.wait(10)
+
+
+async def delivery_marker(js: JetStreamContext, event_id: str, channel: str = "ml-feishu") -> bytes | None:
+    """The notifier's marker for (event, channel) in its KV bucket, or None if there is none."""
+    kv = await ensure_bucket(js, NOTIFIER_DELIVERIES_BUCKET)
+    try:
+        entry = await kv.get(IdempotencyKeys(kv).key(event_id, channel))
+    except (KeyNotFoundError, KeyDeletedError):
+        return None
+    return entry.value

@@ -4,16 +4,28 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from nats.js import JetStreamContext
-from notifier_support import all_acked, feishu_rules, make_event, publish, running, settings_for
+from notifier_support import (
+    all_acked,
+    delivery_marker,
+    feishu_rules,
+    make_event,
+    publish,
+    running,
+    settings_for,
+)
 from redis.asyncio import Redis
 
+from trainwatch_common.streams import NOTIFIER_SENDS_BUCKET, ensure_bucket
 from trainwatch_common.testing import RedisServer, eventually
 from trainwatch_notifier.app import Notifier
+from trainwatch_notifier.limits import SendWindows, TokenBucket
 from trainwatch_notifier.sink import FeishuSink
 
 
@@ -70,7 +82,7 @@ async def test_a_token_counts_from_when_its_request_was_answered(
             await publish(js, second)
             await publish(js, third)
             await eventually(
-                lambda: redis.exists(f"trainwatch:notified:ml-feishu:{second.event_id}"),
+                lambda: delivery_marker(js, second.event_id),
                 message="the second is taken and waits for a token",
             )
             await asyncio.to_thread(redis_process.stop)
@@ -81,3 +93,81 @@ async def test_a_token_counts_from_when_its_request_was_answered(
     finally:
         await redis.aclose()
     assert strict_sink.answers[11232] == 0
+
+
+async def test_a_restarted_notifier_counts_its_predecessors_sends_when_redis_lost_them(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Issue 13 (11232 a few times per chaos run): a notifier starts again, and Redis loses its
+    data within the bot's window. The new process's own bucket is empty and so is Redis's: only
+    the sends its predecessor recorded in NATS say the bot's window is full."""
+    sink = FeishuSink(secret="demo", rate_limits=((1, 6.0),))
+    await sink.start()
+    try:
+        limits = "    rate_limits: [{count: 1, per_seconds: 6}]\n    digest: {enabled: false}"
+        rules = rules_path(feishu_rules(sink.url("ml"), channel_extra=limits))
+        settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules)
+        async with running(Notifier(settings)):
+            await publish(js, make_event(name="first"))
+            await eventually(lambda: len(sink.received) == 1, message="the bot's token spent")
+            await eventually(lambda: all_acked(js), message="and acked")
+        await redis.flushall()  # the shared bucket forgets it, and the new process never knew it
+        async with running(Notifier(settings)):
+            await publish(js, make_event(name="second"))
+            await eventually(lambda: len(sink.received) == 2, timeout=20, message="the second told")
+            await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+        assert sink.answers[11232] == 0
+    finally:
+        await sink.stop()
+
+
+async def test_an_11232_is_retried_and_the_card_told_once(
+    nats_url: str, redis_url: str, js: JetStreamContext, rules_path: Callable[[str], Path]
+) -> None:
+    """Whatever the notifier counted, a rate-limit refusal loses nothing and repeats nothing: the
+    attempt did not go out, its marker is "held" again, and it is sent after a back-off."""
+    sink = FeishuSink(secret="demo", rate_limits=((1, 2.0),))
+    await sink.start()
+    try:  # the channel counts no limits: the bot's refusal is the only thing that holds it back
+        rules = rules_path(
+            feishu_rules(sink.url("ml"), channel_extra="    rate_limits: []\n    digest: {enabled: false}")
+        )
+        settings = settings_for(
+            nats_url=nats_url, redis_url=redis_url, rules_file=rules, retry_max_seconds=30.0
+        )
+        async with running(Notifier(settings)):
+            await publish(js, make_event(name="first"))
+            await publish(js, make_event(name="second"))
+            await eventually(lambda: len(sink.received) == 2, timeout=20, message="both told")
+            await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+        assert sink.answers[11232] >= 1  # the second was refused at least once
+        assert sorted(r.idempotency_key or "" for r in sink.received) == sorted(
+            f"ml-feishu.{make_event(name=n).event_id}" for n in ("first", "second")
+        )
+        assert not any(r.resend for r in sink.received)  # a refusal is not an unknown outcome
+        assert (await js.stream_info("DEADLETTER")).state.messages == 0
+    finally:
+        await sink.stop()
+
+
+async def test_a_refusal_counts_the_other_notifiers_recorded_sends_once(js: JetStreamContext) -> None:
+    """The sends other processes recorded are added to this process's bucket at its first use and
+    again when the bot refuses (a replica's sends after Redis lost its sets), each only once."""
+    kv = await ensure_bucket(js, NOTIFIER_SENDS_BUCKET)
+    now = [1000.0]
+    other = SendWindows(kv, "bot", process="a", longest_seconds=60.0, clock=lambda: now[0])
+    mine = SendWindows(kv, "bot", process="b", longest_seconds=60.0, clock=lambda: now[0])
+    bucket = TokenBucket([(2, 60.0)], clock=lambda: now[0])
+    await other.spent(now[0])
+    assert await mine.seed(bucket)
+    assert bucket.wait_time() == 0  # one of two spent
+    await other.spent(now[0])
+    assert await mine.seed(bucket)  # what a refusal does: the new send counts, the old one not again
+    assert bucket.wait_time() > 50
+    await mine.spent(bucket.take())
+    assert await other.seed(TokenBucket([(2, 60.0)], clock=lambda: now[0]))  # b's key has only b's send
+    assert orjson.loads((await kv.get("bot.b")).value or b"") == [pytest.approx(time.time(), abs=5)]

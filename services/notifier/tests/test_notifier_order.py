@@ -11,6 +11,7 @@ from nats.js import JetStreamContext
 from notifier_support import (
     all_acked,
     consumer_with_ack_wait,
+    delivery_marker,
     feishu_rules,
     kill,
     make_event,
@@ -68,7 +69,7 @@ async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_ol
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             timeout=10,
             message="the Restarting is taken and waits for a token",
         )
@@ -179,7 +180,7 @@ async def test_a_jobs_events_keep_their_order_when_redis_loses_its_data_mid_send
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             message="the Restarting is taken and waits for a token",
         )
         await redis.flushall()
@@ -212,7 +213,7 @@ async def test_an_event_held_back_here_keeps_its_place_when_redis_loses_the_job_
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
         await eventually(
-            lambda: redis.exists(f"trainwatch:notified:ml-feishu:{restarting.event_id}"),
+            lambda: delivery_marker(js, restarting.event_id),
             message="the Restarting is taken and waits for a token",
         )
         await publish(js, make_event(name="train-9", phase=Phase.SUSPENDED, sequence=2))
@@ -225,3 +226,33 @@ async def test_an_event_held_back_here_keeps_its_place_when_redis_loses_the_job_
         await eventually(lambda: len(feishu_sink.received) == 4, timeout=20, message="all three told")
         await eventually(lambda: all_acked(js), timeout=10, message="and acked")
     assert titles(feishu_sink)[1:] == [RESTARTING, SUSPENDED, SUCCEEDED]
+
+
+async def test_an_elder_delivered_to_a_notifier_that_died_before_registering_it_still_goes_first(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Issue 13 (cards out of order in full chaos seed 23, after kill -9 of notifiers during a
+    burst): JetStream delivered a job's Restarting to a notifier that was killed before it took
+    its place in the job order, so nobody holds it and it comes back only after the ack wait.
+    Its Succeeded, fetched meanwhile, must wait for it (not 1 s, as for an elder on its way to a
+    replica), or the Restarting card comes after the Succeeded one."""
+    await consumer_with_ack_wait(js, 3.0)
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules)
+    async with running(Notifier(settings)):
+        await publish(js, make_event(name="train-9", phase=Phase.RUNNING, sequence=0))
+        await eventually(lambda: all_acked(js), message="the job's first event is settled")
+    await publish(js, make_event(name="train-9", phase=Phase.RESTARTING, sequence=1))
+    doomed = await js.pull_subscribe_bind("notifier", stream="JOBS")  # the notifier that dies
+    [taken] = await doomed.fetch(1, timeout=5)
+    assert taken.metadata.sequence.stream == 2  # delivered, never acked nor registered
+    await doomed.unsubscribe()
+    async with running(Notifier(settings)):
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2))
+        await eventually(lambda: len(feishu_sink.received) == 2, timeout=20, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink) == [RESTARTING, SUCCEEDED]

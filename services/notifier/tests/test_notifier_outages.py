@@ -9,6 +9,7 @@ from pathlib import Path
 import nats
 from nats.js import JetStreamContext
 from notifier_support import all_acked, feishu_rules, make_event, publish, running, settings_for
+from redis.asyncio import Redis
 
 from trainwatch_common.testing import NatsServer, RedisServer, eventually
 from trainwatch_notifier.app import Notifier
@@ -70,3 +71,36 @@ async def test_nats_restart_is_survived(
             )
     finally:
         await client.close()
+
+
+async def test_a_card_sent_before_redis_lost_its_data_is_not_sent_again(
+    nats_url: str,
+    redis_process: RedisServer,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Issue 13 (chaos seed 31, a card sent twice around FLUSHALL / a fresh data dir): a copy of
+    an event whose card already went out reaches the notifier after Redis lost its data (here a
+    replay on the stream; in the chaos run an ack lost in the NATS restart, redelivered after the
+    ack wait). The "sent" marker must outlive Redis's data: it is kept in NATS."""
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_process.url, rules_file=rules))
+    event = make_event(name="once")
+    async with running(notifier):
+        await publish(js, event)
+        await eventually(lambda: len(feishu_sink.received) == 1)
+        await eventually(lambda: all_acked(js), message="recorded as sent and acked")
+        redis = Redis.from_url(redis_process.url)
+        try:
+            await redis.flushall()
+        finally:
+            await redis.aclose()
+        await publish(js, event, msg_id=f"{event.event_id}-replayed")  # the same event, again
+
+        async def replay_acked() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.delivered.stream_seq == 2 and await all_acked(js)
+
+        await eventually(replay_acked, timeout=20, message="the replay is settled")
+    assert len(feishu_sink.received) == 1

@@ -94,6 +94,30 @@ CLUSTERS_BUCKET = KeyValueConfig(
     storage=StorageType.FILE,
 )
 
+# The notifier's delivery markers (key: ``<channel>.<event id>``, value: held / sending / sent /
+# dead), written by the notifier alone. In NATS rather than Redis: they are the only record that a
+# card went out, and Redis losing its data must never cost a card sent twice. ``max_age`` is the
+# notifier's idempotency TTL (longer than JOBS' retention, so a replay is still recognised).
+NOTIFIER_DELIVERIES_BUCKET = KeyValueConfig(
+    bucket="trainwatch_notifier_deliveries",
+    description="The notifier's per (channel, event) delivery markers, kept by the notifier",
+    history=1,
+    storage=StorageType.FILE,
+    ttl=14 * DAY,
+)
+
+# Each notifier process's recent sends per bot (key: ``<bot digest>.<process>``, value: JSON list
+# of send times), so a notifier that starts again right before Redis loses its data still counts
+# its predecessor's sends of the last window. Kept an hour after a process's last write, longer
+# than any bot's window.
+NOTIFIER_SENDS_BUCKET = KeyValueConfig(
+    bucket="trainwatch_notifier_sends",
+    description="Each notifier process's recent sends per bot, for the bots' rate limits",
+    history=1,
+    storage=StorageType.FILE,
+    ttl=3600.0,
+)
+
 
 @dataclass(frozen=True, slots=True)
 class DurableConsumer:
@@ -265,6 +289,17 @@ async def ensure_clusters_bucket(js: JetStreamContext, settings: StreamSettings 
         await js.update_stream(config=dataclasses.replace(current, num_replicas=settings.stream_replicas))
         log.info("clusters bucket replicas changed", extra={"replicas": settings.stream_replicas})
     return kv
+
+
+async def ensure_bucket(js: JetStreamContext, config: KeyValueConfig) -> KeyValue:
+    """The bucket, created if it is missing (an existing one is used as it is)."""
+    try:
+        return await js.key_value(config.bucket)
+    except Exception:  # nats-py raises BucketNotFoundError or NotFoundError depending on version
+        try:
+            return await js.create_key_value(config=config)
+        except BadRequestError:  # another replica created it between our two calls
+            return await js.key_value(config.bucket)
 
 
 async def ensure_consumer(js: JetStreamContext, consumer: DurableConsumer) -> None:

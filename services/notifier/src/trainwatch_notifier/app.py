@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import secrets
@@ -22,7 +23,13 @@ from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
-from trainwatch_common.streams import NOTIFIER_CONSUMER
+from trainwatch_common.streams import (
+    NOTIFIER_CONSUMER,
+    NOTIFIER_DELIVERIES_BUCKET,
+    NOTIFIER_SENDS_BUCKET,
+    StreamSettings,
+    ensure_bucket,
+)
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
@@ -104,16 +111,25 @@ class Notifier:
         js = nc.jetstream()
         await ensure_streams(js)
         await ensure_consumer(js, NOTIFIER_CONSUMER)
+        # The notifier's own buckets, replicated like the streams (TRAINWATCH_STREAM_REPLICAS).
+        replicas = StreamSettings().stream_replicas
+        deliveries = await ensure_bucket(
+            js,
+            dataclasses.replace(
+                NOTIFIER_DELIVERIES_BUCKET, ttl=float(settings.idempotency_ttl_seconds), replicas=replicas
+            ),
+        )
         deadletters = DeadLetters(js)
         deps = WorkerDeps(
-            keys=IdempotencyKeys(
-                redis,
-                prefix=settings.redis_prefix,
-                ttl_seconds=settings.idempotency_ttl_seconds,
-                instance=self.instance,
-            ),
+            keys=IdempotencyKeys(deliveries, instance=self.instance),
             deadletters=deadletters,
-            limits=BotLimits(redis=redis, prefix=settings.redis_prefix)
+            limits=BotLimits(
+                redis=redis,
+                prefix=settings.redis_prefix,
+                windows=await ensure_bucket(
+                    js, dataclasses.replace(NOTIFIER_SENDS_BUCKET, replicas=replicas)
+                ),
+            )
             if settings.shared_rate_limits
             else BotLimits(),
             dashboard_url=settings.dashboard_url,
@@ -149,6 +165,7 @@ class Notifier:
             deadletters=deadletters,
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
+            ack_wait_seconds=ack_wait,
         )
         health_started = asyncio.Event()
         try:

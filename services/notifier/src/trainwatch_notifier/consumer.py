@@ -41,7 +41,10 @@ T = TypeVar("T")
 
 RETRY_DELAY_SECONDS = 5.0
 ORDER_POLL_SECONDS = 0.5  # how often a held-back event looks again when its elder is held elsewhere
-ORDER_GRACE_SECONDS = 1.0  # how long an elder that nobody holds yet may take to reach a replica
+# How long an elder that nobody holds (neither settled nor registered in the job order) may take
+# to come: one on its way to a replica arrives within milliseconds, but one JetStream delivered
+# to a notifier that died before registering it comes back only after the consumer's ack wait.
+ORDER_GRACE_MARGIN_SECONDS = 5.0
 REDIS_RETRY_SECONDS = 1.0
 
 
@@ -87,6 +90,7 @@ class JobConsumer:
         deadletters: DeadLetters,
         fetch_batch: int = 100,
         max_in_flight: int = 1000,
+        ack_wait_seconds: float = 60.0,
     ) -> None:
         self._js = js
         self._order = order
@@ -95,6 +99,7 @@ class JobConsumer:
         self._cluster_labels = cluster_labels
         self._deadletters = deadletters
         self._fetch_batch = fetch_batch
+        self._grace = ack_wait_seconds + ORDER_GRACE_MARGIN_SECONDS
         self._max_in_flight = max_in_flight
         self.pending: set[PendingMessage] = set()
         self._room = asyncio.Event()
@@ -213,7 +218,7 @@ class JobConsumer:
             lambda: self._order.take_places([pending.event for pending in held]), "order events"
         )
         for pending, place in zip(held, places, strict=True):
-            if place.ready(waited_seconds=0.0, grace_seconds=ORDER_GRACE_SECONDS) and not self._older_here(
+            if place.ready(waited_seconds=0.0, grace_seconds=self._grace) and not self._older_here(
                 pending.event
             ):
                 await self._route(pending, late=place.late)
@@ -239,7 +244,7 @@ class JobConsumer:
                 lambda: self._order.take_places([pending.event]), "order an event"
             )
             if place.ready(
-                waited_seconds=loop.time() - started, grace_seconds=ORDER_GRACE_SECONDS
+                waited_seconds=loop.time() - started, grace_seconds=self._grace
             ) and not self._older_here(pending.event):
                 break
         try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 import time
@@ -18,14 +19,20 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, TypeVar
 
-from redis.exceptions import RedisError
-
 from trainwatch_common import JobStatusEvent
 from trainwatch_notifier import metrics
-from trainwatch_notifier.channels.base import Body, Channel, PermanentSendError, RetryableSendError
+from trainwatch_notifier.channels.base import (
+    ATTEMPT,
+    Attempt,
+    Body,
+    Channel,
+    PermanentSendError,
+    RateLimitedError,
+    RetryableSendError,
+)
 from trainwatch_notifier.clock import Clock, Sleep
 from trainwatch_notifier.deadletter import DeadLetters
-from trainwatch_notifier.dedupe import Claim, IdempotencyKeys
+from trainwatch_notifier.dedupe import Claim, IdempotencyKeys, MarkersUnavailable
 from trainwatch_notifier.digest import BurstDetector
 from trainwatch_notifier.limits import BotLimits, Bucket, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
@@ -61,7 +68,7 @@ class WorkerDeps:
     retry_cap_seconds: float = 60.0
     retry_max_seconds: float = 600.0
     unconfirmed_after_seconds: float = 120.0
-    unconfirmed_policy: Literal["deadletter", "resend"] = "deadletter"
+    unconfirmed_policy: Literal["deadletter", "resend"] = "resend"
     clock: Clock = time.monotonic
     sleep: Sleep = asyncio.sleep
     # Test seam: awaited after a send is recorded as sent and before its messages are settled.
@@ -87,9 +94,12 @@ class Lane:
 
     queue: asyncio.Queue[Item] = field(default_factory=asyncio.Queue)
     busy: bool = False
-    # Our idempotency keys for the delivery under way, as they are in Redis: "held" while we wait
+    # Our idempotency keys for the delivery under way, as they are in the KV bucket: "held" while we wait
     # (a crash then loses nothing), "sending" while a request may be out (its outcome unknown).
     claims: list[Claim] = field(default_factory=list)
+    # Taken over from a sender that died with a request out: the bot may have it already, so each
+    # attempt says it is a resend (under the same idempotency key).
+    resend: bool = False
 
 
 class ClaimLost(Exception):
@@ -170,12 +180,14 @@ class ChannelWorker:
         claimed = await self._claim(items)
         if not claimed:
             return
-        to_send = [item for item, _ in claimed]
-        lane.claims = [claim for _, claim in claimed]
+        to_send = [item for item, _, _ in claimed]
+        lane.claims = [claim for _, claim, _ in claimed]
+        lane.resend = any(unconfirmed for _, _, unconfirmed in claimed)
         try:
             await self._send(to_send, lane)
         finally:
             lane.claims = []
+            lane.resend = False
 
     async def _send(self, to_send: list[Item], lane: Lane) -> None:
         kind = "digest" if len(to_send) > 1 else "single"
@@ -191,7 +203,7 @@ class ChannelWorker:
             return
         except ClaimLost:
             log.info("another sender took these deliveries over", extra={"channel": self.name})
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(MarkersUnavailable):
                 await self.deps.keys.release(lane.claims)  # the ones still ours, held
             for item in to_send:
                 metrics.DELIVERIES.labels(self.name, "retry").inc()
@@ -201,7 +213,7 @@ class ChannelWorker:
             held = [claim for claim in lane.claims if claim.state == "held"]
             if len(held) < len(lane.claims):  # a request may have reached the bot: keep "sending"
                 log.warning("cancelled during a send; its outcome is unknown", extra={"channel": self.name})
-            with contextlib.suppress(RedisError):  # nothing of these went out: a later copy sends
+            with contextlib.suppress(MarkersUnavailable):  # nothing of these went out: a later copy sends
                 await asyncio.shield(self.deps.keys.release(held))
             raise
         self._burst.record()
@@ -237,18 +249,20 @@ class ChannelWorker:
         )
         return self.channel.render_digest(digest)
 
-    async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim]]:
+    async def _claim(self, items: list[Item]) -> list[tuple[Item, Claim, bool]]:
+        """The items this sender now owns, each with its claim and whether a sender before it died
+        with a request out (its outcome unknown: what follows is a resend)."""
         keys = [self.deps.keys.key(item.event.event_id, self.name) for item in items]
         # Without rate limits the request follows the claim at once: claim it as "sending" (one
-        # round trip fewer); with them, "held" for the wait for a token. While Redis is away the
+        # round trip fewer); with them, "held" for the wait for a token. While NATS is away the
         # items wait here, in their lane's order: put back, they would return after a delay, and a
-        # job's newer event could overtake them if Redis comes back without its data.
+        # job's newer event could overtake them (Redis may have lost the job order meanwhile).
         state: Literal["held", "sending"] = "held" if self._bucket.limits else "sending"
-        claims = await self._until_redis_answers(lambda: self.deps.keys.claim(keys, state=state), "claim")
-        claimed: list[tuple[Item, Claim]] = []
+        claims = await self._until_markers_answer(lambda: self.deps.keys.claim(keys, state=state), "claim")
+        claimed: list[tuple[Item, Claim, bool]] = []
         for item, claim in zip(items, claims, strict=True):
             if claim.mine:
-                claimed.append((item, claim))
+                claimed.append((item, claim, False))
             elif claim.state in ("sent", "dead"):
                 metrics.DELIVERIES.labels(self.name, "duplicate").inc()
                 await item.message.settle(self.name, retry=False)
@@ -259,8 +273,9 @@ class ChannelWorker:
                 taken := await self.deps.keys.take_over(claim)
             ):
                 # "held": its sender died before any request went out, so sending loses nothing
-                # and repeats nothing. "sending": its outcome is unknown; the policy said resend.
-                claimed.append((item, taken))
+                # and repeats nothing. "sending": its outcome is unknown; the policy said resend
+                # (never lost; the bot may show it twice, the second time marked as a resend).
+                claimed.append((item, taken, claim.state == "sending"))
             elif claim.state == "held":
                 metrics.DELIVERIES.labels(self.name, "retry").inc()  # taken over by another copy first
                 await item.message.settle(self.name, retry=True)
@@ -287,9 +302,13 @@ class ChannelWorker:
                 lane.claims = await self._swap_claims(deps.keys.begin_request, lane.claims)
             started = time.perf_counter()
             try:
-                await self._post(body, token)
+                await self._post(
+                    body, token, Attempt(self._idempotency_key(lane.claims), lane.resend or unanswered)
+                )
             except RetryableSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                if isinstance(exc, RateLimitedError):  # the bot counts sends we did not: learn them
+                    await self._bucket.refused()
                 unanswered = unanswered or exc.maybe_delivered
                 if not unanswered:  # the bot answered "no" to every attempt: nothing went out
                     lane.claims = await self._swap_claims(deps.keys.end_request, lane.claims)
@@ -315,25 +334,36 @@ class ChannelWorker:
             metrics.SENDS.labels(self.name, kind, "ok").inc()
             return
 
-    async def _post(self, body: Body, token: Token) -> None:
+    @staticmethod
+    def _idempotency_key(claims: list[Claim]) -> str:
+        """The delivery's key: its marker's for one event, a hash of them all for a digest."""
+        if len(claims) == 1:
+            return claims[0].key
+        joined = "\n".join(sorted(claim.key for claim in claims))
+        return "digest." + hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+    async def _post(self, body: Body, token: Token, attempt: Attempt) -> None:
         """One request; once it is answered (or failed), its token counts from now: the bot counted
         the request no earlier, however long ago the token was taken."""
+        context = ATTEMPT.set(attempt)
         try:
             await self.channel.post(body)
         except Exception:
             await self._bucket.answered(token)
             raise
+        finally:
+            ATTEMPT.reset(context)
         await self._bucket.answered(token)
 
-    async def _until_redis_answers(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        """Nothing may be claimed or posted without Redis: wait for it, with back-off."""
+    async def _until_markers_answer(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
+        """Nothing may be claimed or posted without the markers: wait for them, with back-off."""
         delay = 0.1
         while True:
             try:
                 return await operation()
-            except RedisError as exc:
+            except MarkersUnavailable as exc:
                 log.warning(
-                    "redis unavailable, waiting",
+                    "delivery markers unavailable, waiting",
                     extra={"channel": self.name, "action": what, "error": repr(exc)},
                 )
                 await self.deps.sleep(delay)
@@ -342,15 +372,15 @@ class ChannelWorker:
     async def _swap_claims(
         self, swap: Callable[[list[Claim]], Awaitable[list[Claim] | None]], claims: list[Claim]
     ) -> list[Claim]:
-        """Move our markers to their next state, waiting while Redis is away (nothing may be
+        """Move our markers to their next state, waiting while NATS is away (nothing may be
         posted without it); ClaimLost if another sender has taken any of them over."""
-        swapped = await self._until_redis_answers(lambda: swap(claims), "mark a send")
+        swapped = await self._until_markers_answer(lambda: swap(claims), "mark a send")
         if swapped is None:
             raise ClaimLost()
         return swapped
 
     async def _record_sent(self, claims: list[Claim]) -> None:
-        """The send happened: record it before anything is acked, retrying while Redis is away.
+        """The send happened: record it before anything is acked, retrying while NATS is away.
 
         If the process dies before this succeeds the keys keep their "sending" markers and a
         redelivered copy is handled by the unconfirmed policy instead of being sent again.
@@ -360,7 +390,7 @@ class ChannelWorker:
             try:
                 await self.deps.keys.mark_sent([claim.key for claim in claims])
                 return
-            except RedisError as exc:
+            except MarkersUnavailable as exc:
                 log.warning("cannot record a send yet", extra={"channel": self.name, "error": repr(exc)})
                 await self.deps.sleep(delay)
                 delay = min(delay * 2, 5.0)
@@ -381,7 +411,7 @@ class ChannelWorker:
                     "cannot publish a dead letter yet", extra={"channel": self.name, "error": repr(exc)}
                 )
                 if claim.mine:  # nothing was sent (or the bot refused it): give our claim back
-                    with contextlib.suppress(RedisError):
+                    with contextlib.suppress(MarkersUnavailable):
                         await self.deps.keys.release([claim])
                 await item.message.settle(self.name, retry=True)
                 continue
@@ -396,6 +426,6 @@ class ChannelWorker:
                     "detail": detail,
                 },
             )
-            with contextlib.suppress(RedisError):
+            with contextlib.suppress(MarkersUnavailable):
                 await self.deps.keys.mark_dead([self.deps.keys.key(item.event.event_id, self.name)], reason)
             await item.message.settle(self.name, retry=False)

@@ -16,12 +16,16 @@ Redis (one sorted set per bot and limit, checked and taken in one Lua script on 
 The process's own bucket counts its sends too, and a token is taken only when both have one: if
 Redis loses its data (FLUSHALL, a fresh data dir) the shared sets are empty, but this process's
 sends of the last minute still count. If Redis cannot be reached the local bucket decides alone.
+A process that has just started has an empty bucket of its own, so each process also records its
+sends in NATS (``SendWindows``) and a new one counts its predecessors' (and, on a refusal from the
+bot, the other replicas') recorded sends too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import hashlib
 import logging
 import time
@@ -30,6 +34,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+import nats.errors
+import nats.js.errors
+import orjson
+from nats.js.kv import KeyValue
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
@@ -94,6 +102,10 @@ class Bucket(Protocol):
         """The bot answered the request this token was taken for: it counts from now."""
         ...
 
+    async def refused(self) -> None:
+        """The bot refused a request for its rate limit: it counts sends this bucket does not."""
+        ...
+
 
 class TokenBucket:
     def __init__(
@@ -138,6 +150,12 @@ class TokenBucket:
         self.take()
         return 0.0
 
+    def add(self, spent: Sequence[float]) -> None:
+        """Count tokens spent elsewhere (by a predecessor, another replica) at these clock times."""
+        for times in self._spent:
+            for at in spent:
+                bisect.insort(times, at)
+
     def restamp(self, spent_at: float) -> None:
         """The token spent at ``spent_at`` counts from now (if it had expired, it counts again)."""
         now = self._clock()
@@ -160,6 +178,9 @@ class TokenBucket:
         if token.local is not None and self.limits:
             self.restamp(token.local)
 
+    async def refused(self) -> None:
+        return None  # nothing else to learn from: this process's sends are all it knows
+
 
 class SharedTokenBucket:
     """The same limits, counted in Redis for every replica that posts to this bot.
@@ -178,6 +199,7 @@ class SharedTokenBucket:
         fallback: TokenBucket,
         sleep: Sleep = asyncio.sleep,
         margin: float = DEFAULT_MARGIN,
+        windows: SendWindows | None = None,
     ) -> None:
         self.limits = tuple(limits)
         self._keys = [f"{key}:{count}:{per}" for count, per in self.limits]
@@ -187,6 +209,8 @@ class SharedTokenBucket:
         self._script = redis.register_script(_SHARED_ACQUIRE)
         self._answered = redis.register_script(_SHARED_ANSWERED)
         self._lock = asyncio.Lock()
+        self._durable = windows
+        self._seeded = windows is None
 
     async def acquire(self) -> Token:
         if not self.limits:
@@ -194,6 +218,8 @@ class SharedTokenBucket:
         args: list[int | str] = [value for pair in self._windows for value in pair]
         waited = 0.0
         async with self._lock:
+            if not self._seeded and self._durable is not None:  # first use: what others sent lately
+                self._seeded = await self._durable.seed(self._fallback)
             while True:
                 # Our own sends count whatever Redis remembers (it may have lost its data).
                 if (local_wait := self._fallback.wait_time()) > 0:
@@ -210,12 +236,17 @@ class SharedTokenBucket:
                     token = await self._fallback.acquire()
                     return Token(waited + token.waited, local=token.local)
                 if wait_ms <= 0:
-                    return Token(waited, local=self._fallback.take(), member=member)
+                    token = Token(waited, local=self._fallback.take(), member=member)
+                    if self._durable is not None:
+                        await self._durable.spent(token.local)
+                    return token
                 await self._sleep(wait_ms / 1000)
                 waited += wait_ms / 1000
 
     async def answered(self, token: Token) -> None:
         await self._fallback.answered(token)
+        if self._durable is not None and token.local is not None:
+            await self._durable.answered(token.local)
         if token.member is None:
             return
         try:
@@ -224,6 +255,106 @@ class SharedTokenBucket:
             )
         except RedisError as exc:  # the local bucket has it; the shared one counts it from its spend
             log.warning("cannot stamp a spent token in redis", extra={"error": repr(exc)})
+
+    async def refused(self) -> None:
+        """Another notifier's sends (a replica, after Redis lost its sets) fill the bot's window:
+        count the ones it recorded."""
+        if self._durable is not None:
+            async with self._lock:
+                await self._durable.seed(self._fallback)
+
+
+class SendWindows:
+    """One bot's recent sends by this process, kept in a JetStream KV bucket, so a successor knows.
+
+    Redis holds the shared buckets, and the process's own bucket counts its sends; but a notifier
+    that starts again (a new process, an empty bucket) right before Redis loses its data (FLUSHALL,
+    a fresh data dir) knows nothing of its predecessor's sends of the last minute, and the bot
+    answers 11232. So each process writes the wall-clock times of its sends within the longest
+    window under ``<bot digest>.<process token>`` (a token per process start: a successor never
+    overwrites what its predecessor wrote), and a bucket's first use, and every rate-limit refusal
+    from the bot, adds what the other keys of that bot hold to the process's own bucket. Best
+    effort: while NATS is away the buckets count as before (nothing can be acked then anyway).
+    """
+
+    def __init__(
+        self,
+        kv: KeyValue,
+        bot_digest: str,
+        *,
+        process: str,
+        longest_seconds: float,
+        clock: Clock,
+        wall: Clock = time.time,
+        timeout_seconds: float = 1.0,
+    ) -> None:
+        self._kv = kv
+        self._prefix = bot_digest
+        self._key = f"{bot_digest}.{process}"
+        self._longest = longest_seconds
+        self._clock = clock
+        self._wall = wall
+        self._timeout = timeout_seconds
+        self._mine: list[float] = []  # wall-clock times of this process's sends, sorted
+        self._counted: set[tuple[str, float]] = set()  # others' sends already in the bucket
+
+    def _to_local(self, wall_time: float) -> float:
+        return self._clock() - (self._wall() - wall_time)
+
+    def _to_wall(self, local_time: float) -> float:
+        return self._wall() - (self._clock() - local_time)
+
+    async def seed(self, bucket: TokenBucket) -> bool:
+        """Add the sends the other keys of this bot hold to ``bucket``; False if NATS did not answer."""
+        try:
+            async with asyncio.timeout(self._timeout):
+                try:
+                    # nats-py filters keys by substring (and reads all of them: a small bucket)
+                    keys = await self._kv.keys(filters=[f"{self._prefix}."])
+                except nats.js.errors.NoKeysError:
+                    return True
+                since = self._wall() - self._longest
+                found: list[tuple[str, float]] = []
+                for key in keys:
+                    if key == self._key:
+                        continue
+                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                        entry = await self._kv.get(key)
+                        found += [(key, t) for t in orjson.loads(entry.value or b"[]") if t > since]
+        except (nats.errors.Error, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            log.warning("cannot read the bot's recent sends", extra={"error": repr(exc)})
+            return False
+        # Each send once, however often it is read (a refusal reads them again).
+        self._counted = {sent for sent in self._counted if sent[1] > since}
+        found = [sent for sent in found if sent not in self._counted]
+        self._counted.update(found)
+        bucket.add([self._to_local(t) for _, t in found])
+        if found:
+            log.info("counting recent sends of other notifiers", extra={"sends": len(found)})
+        return True
+
+    async def spent(self, local_time: float | None) -> None:
+        if local_time is not None:
+            bisect.insort(self._mine, self._to_wall(local_time))
+            await self._write()
+
+    async def answered(self, local_spent_at: float) -> None:
+        """The send counts from now (as the buckets do): its time moves to the answer's."""
+        spent = self._to_wall(local_spent_at)
+        i = bisect.bisect_left(self._mine, spent - 0.001)
+        if i < len(self._mine) and abs(self._mine[i] - spent) < 0.01:
+            del self._mine[i]
+        bisect.insort(self._mine, self._wall())
+        await self._write()
+
+    async def _write(self) -> None:
+        since = self._wall() - self._longest
+        del self._mine[: bisect.bisect_right(self._mine, since)]
+        try:
+            async with asyncio.timeout(self._timeout):
+                await self._kv.put(self._key, orjson.dumps([round(t, 3) for t in self._mine]))
+        except (nats.errors.Error, TimeoutError, OSError) as exc:
+            log.warning("cannot record a send for a successor", extra={"error": repr(exc)})
 
 
 class BotLimits:
@@ -240,11 +371,14 @@ class BotLimits:
         prefix: str = "trainwatch",
         clock: Clock = time.monotonic,
         sleep: Sleep = asyncio.sleep,
+        windows: KeyValue | None = None,
     ) -> None:
         self._redis = redis
         self._prefix = prefix
         self._clock = clock
         self._sleep = sleep
+        self._windows = windows
+        self._process = uuid.uuid4().hex[:16]  # per start: never a predecessor's key
         self._buckets: dict[str, Bucket] = {}
 
     def bucket(self, bot_key: str, limits: Sequence[tuple[int, float]]) -> Bucket:
@@ -256,12 +390,22 @@ class BotLimits:
             self._buckets[bot_key] = local
             return local
         digest = hashlib.sha256(bot_key.encode()).hexdigest()[:16]
+        windows = None
+        if self._windows is not None:
+            windows = SendWindows(
+                self._windows,
+                digest,
+                process=self._process,
+                longest_seconds=max(per for _, per in limits) + DEFAULT_MARGIN,
+                clock=self._clock,
+            )
         shared = SharedTokenBucket(
             self._redis,
             f"{self._prefix}:ratelimit:{digest}",
             limits,
             fallback=local,
             sleep=self._sleep,
+            windows=windows,
         )
         self._buckets[bot_key] = shared
         return shared

@@ -14,7 +14,8 @@ Each job (cluster id, uid) has a Redis hash ``<prefix>:order:<cluster_id>:<uid>`
   and it was never redelivered): it no longer holds the job back, so nothing waits forever.
 - field ``done``: the highest sequence settled. A job whose ``done`` is below ``sequence - 1``
   while nobody holds the event in between may have that event on its way to another replica
-  (fetched, not yet registered); it is given ``grace`` to appear before the newer one goes.
+  (fetched, not yet registered), or with a notifier that died before registering it (it comes
+  back after the consumer's ack wait); it is given ``grace`` to appear before the newer one goes.
 
 An event that arrives after a newer one of its job was settled is not dropped: it may be the only
 copy of a transition that was never notified. It is routed (its idempotency key still stops a

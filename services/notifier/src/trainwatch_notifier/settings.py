@@ -31,8 +31,10 @@ class NotifierSettings(ServiceSettings):
         description="Age after which a 'held' or 'sending' marker is judged left behind by a crash",
     )
     unconfirmed_policy: Literal["deadletter", "resend"] = Field(
-        "deadletter",
-        description="A crash between a send and its 'sent' marker: dead-letter (never twice) or resend",
+        "resend",
+        description="A send whose outcome is unknown (a crash with its request out): resend it, "
+        "marked as a resend under the same idempotency key (never lost), or dead-letter it "
+        "(never twice, but lost)",
     )
 
     shared_rate_limits: bool = Field(

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from trainwatch_notifier.channels.base import IDEMPOTENCY_KEY_HEADER, RESEND_HEADER
 from trainwatch_notifier.channels.feishu import feishu_sign
 
 MAX_BODY_BYTES = 20 * 1024
@@ -48,6 +49,10 @@ class Received:
     token: str
     body: dict[str, Any]
     received_at: float  # wall clock, comparable with a publisher's time.time() on this machine
+    # The notifier's headers (Feishu ignores them): the delivery's idempotency key, and whether it
+    # is a resend after a send whose outcome the notifier could not know.
+    idempotency_key: str | None = None
+    resend: bool = False
 
 
 class BadBody(ValueError):
@@ -236,12 +241,19 @@ class FeishuSink:
             return self._answer(19024)
         if self._rate_limited(token):
             return self._answer(11232)
-        received = Received(token, body, time.time())
+        received = Received(
+            token,
+            body,
+            time.time(),
+            idempotency_key=request.headers.get(IDEMPOTENCY_KEY_HEADER),
+            resend=request.headers.get(RESEND_HEADER) == "unconfirmed",
+        )
         self.received.append(received)
         if self._record is not None:
-            self._record.write(
-                orjson.dumps({"token": token, "received_at": received.received_at, "body": body})
-            )
+            record = {"token": token, "received_at": received.received_at, "body": body}
+            if received.idempotency_key is not None:
+                record |= {"idempotency_key": received.idempotency_key, "resend": received.resend}
+            self._record.write(orjson.dumps(record))
             self._record.write(b"\n")
             self._record.flush()
         if self._echo is not None:

@@ -4,6 +4,7 @@ Exceptions::
 
     SendError                  a send did not succeed; ``reason`` is a short slug for metrics
     ├── RetryableSendError     try again later (429, 5xx, rate-limit codes, transport errors)
+    │   └── RateLimitedError   the bot's rate limit (429, 11232, 130101, 45009)
     └── PermanentSendError     retrying cannot help (bad signature, keyword, token, body)
 
 Retry decisions go by class, never by message.
@@ -11,9 +12,11 @@ Retry decisions go by class, never by message.
 
 from __future__ import annotations
 
+import contextvars
 import email.utils
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
@@ -23,6 +26,25 @@ from trainwatch_notifier.render.facts import DigestFacts, JobFacts
 from trainwatch_notifier.ruleset import ChannelConfig
 
 Body = dict[str, Any]
+
+IDEMPOTENCY_KEY_HEADER = "Idempotency-Key"
+RESEND_HEADER = "Trainwatch-Resend"
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """What every request of one delivery says about it, whatever the channel: its idempotency key
+    (the same on every attempt and every copy: ``<channel>.<event id>``, or a digest's hash) and
+    whether an earlier attempt's outcome is unknown (a sender killed mid-request, a read timeout),
+    so the bot may already have it. A receiver that keeps the keys can drop the repeat; Feishu's
+    and the other chat bots' webhooks ignore both headers."""
+
+    idempotency_key: str
+    resend: bool = False
+
+
+# Set by the sender around each attempt (its own task's context); ``post_bytes`` adds the headers.
+ATTEMPT: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("notifier_attempt", default=None)
 
 
 class SendError(Exception):
@@ -47,6 +69,11 @@ class RetryableSendError(SendError):
         super().__init__(reason, detail)
         self.retry_after = retry_after
         self.maybe_delivered = maybe_delivered
+
+
+class RateLimitedError(RetryableSendError):
+    """The bot refused the request for its rate limit (HTTP 429, Feishu 11232, DingTalk 130101,
+    WeCom 45009): nothing went out, and the bot's window is fuller than this process counted."""
 
 
 class PermanentSendError(SendError):
@@ -100,6 +127,11 @@ async def post_bytes(
 ) -> httpx.Response:
     """POST, turning transport failures, 429 and 5xx into RetryableSendError and other 4xx into
     PermanentSendError; returns 2xx/3xx responses for the channel to read its own codes."""
+    attempt = ATTEMPT.get()
+    if attempt is not None:
+        headers = {**headers, IDEMPOTENCY_KEY_HEADER: attempt.idempotency_key}
+        if attempt.resend:
+            headers[RESEND_HEADER] = "unconfirmed"
     try:
         response = await client.post(url, content=content, headers=headers, timeout=timeout_seconds)
     except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:  # never left
@@ -107,7 +139,7 @@ async def post_bytes(
     except httpx.TransportError as exc:  # read/write errors and timeouts: the bot may have it
         raise RetryableSendError("transport", type(exc).__name__, maybe_delivered=True) from None
     if response.status_code == 429:
-        raise RetryableSendError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
+        raise RateLimitedError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
     if response.status_code >= 500:
         raise RetryableSendError(f"http-{response.status_code}", response.text[:200])
     if response.status_code >= 400:

@@ -13,7 +13,7 @@ from trainwatch_notifier.channels.base import (
     Body,
     HttpChannel,
     PermanentSendError,
-    RetryableSendError,
+    RateLimitedError,
     post_errcode_json,
 )
 from trainwatch_notifier.render import text
@@ -86,7 +86,7 @@ class DingTalkChannel(HttpChannel):
         if code == 0:
             return
         if code == SEND_TOO_FAST:
-            raise RetryableSendError("dingtalk-rate-limited", message, retry_after=THROTTLED_RETRY_AFTER)
+            raise RateLimitedError("dingtalk-rate-limited", message, retry_after=THROTTLED_RETRY_AFTER)
         if code == 310000:
             raise PermanentSendError("dingtalk-security-check", message)
         raise PermanentSendError("dingtalk-error", f"{code} {message}")

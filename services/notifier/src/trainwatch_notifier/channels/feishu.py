@@ -12,7 +12,7 @@ from trainwatch_notifier.channels.base import (
     Body,
     HttpChannel,
     PermanentSendError,
-    RetryableSendError,
+    RateLimitedError,
     json_of,
     post_bytes,
 )
@@ -65,7 +65,7 @@ class FeishuChannel(HttpChannel):
             return
         message = str(answer.get("msg", answer.get("StatusMessage", "")))[:200]
         if code == RATE_LIMITED:
-            raise RetryableSendError("feishu-rate-limited", message)
+            raise RateLimitedError("feishu-rate-limited", message)
         if isinstance(code, int) and code in PERMANENT_CODES:
             raise PermanentSendError(f"feishu-{PERMANENT_CODES[code]}", f"{code} {message}")
         raise PermanentSendError("feishu-error", f"{code} {message}")

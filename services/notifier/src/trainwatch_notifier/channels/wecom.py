@@ -6,7 +6,7 @@ from trainwatch_notifier.channels.base import (
     Body,
     HttpChannel,
     PermanentSendError,
-    RetryableSendError,
+    RateLimitedError,
     post_errcode_json,
 )
 from trainwatch_notifier.render import text
@@ -74,7 +74,7 @@ class WeComChannel(HttpChannel):
         if code == 0:
             return
         if code == FREQ_OUT_OF_LIMIT:
-            raise RetryableSendError("wecom-rate-limited", message)
+            raise RateLimitedError("wecom-rate-limited", message)
         if code == 93000:
             raise PermanentSendError("wecom-invalid-key", message)
         raise PermanentSendError("wecom-error", f"{code} {message}")
