@@ -155,7 +155,7 @@ def serve(conn: Any, jobs: int, pods_per_job: int, workdir: str) -> None:
                     for i in range(cmd[1]):
                         j = i % jobs
                         round_ = job_round + i // jobs + 1
-                        running = (round_ // 5) % 2 == 0 if i % 5 else not ((round_ // 5) % 2 == 0)
+                        running = (round_ // 5) % 2 == 0 if i % 5 else (round_ // 5) % 2 != 0
                         store.replace_status(
                             kubesim.PYTORCHJOB, NS, job_name(j), _job_status(round_, running)
                         )
@@ -282,6 +282,44 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
     asyncio.run(main())
 
 
+def cache_bytes(conn: Any, kubeconfig: str) -> None:
+    """tracemalloc of the evidence cache alone: the cluster's pods, listed as the pod watch does
+    (its label selector), applied to an ``EvidenceCache`` as the feed applies them."""
+    import tracemalloc
+
+    async def pods() -> list[dict[str, Any]]:
+        from trainwatch_watcher.diagnosis import KIND_POD_SELECTORS
+        from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
+        from trainwatch_watcher.settings import WatchTimings
+
+        client = KubeClient(load_kubeconfig(kubeconfig), timings=WatchTimings(allow_loopback_servers=True))
+        items: list[dict[str, Any]] = []
+        try:
+            params = {"limit": "500", "labelSelector": KIND_POD_SELECTORS["kubeflow"]}
+            while True:
+                page = await client.get_json("/api/v1/pods", params)
+                items.extend(page["items"])
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    return items
+                params = {**params, "continue": token}
+        finally:
+            await client.close()
+
+    from trainwatch_watcher.evidence_cache import EvidenceCache
+
+    decoded = asyncio.run(pods())
+    cache = EvidenceCache()
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    for pod in decoded:
+        cache.apply("pod", "pods/kubeflow", "ADDED", pod)
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    size = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+    conn.send({"pods": cache.pod_count, "bytes": size, "object_bytes": len(orjson.dumps(decoded[0]))})
+
+
 # -- orchestration ------------------------------------------------------------------------------
 def child(target: Any, *args: Any) -> tuple[Any, Any]:
     parent_conn, child_conn = mp.Pipe()
@@ -332,7 +370,7 @@ class Latency:
 
     async def wait_for(self, names: list[str], timeout: float) -> None:
         deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline and not all(n in self.seen for n in names):
+        while time.perf_counter() < deadline and not all(n in self.seen for n in names):  # noqa: ASYNC110
             await asyncio.sleep(0.05)
 
     async def close(self) -> None:
@@ -344,7 +382,7 @@ def pct(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
     s = sorted(values)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def run_mode(
@@ -388,8 +426,11 @@ async def latency_phases(args: argparse.Namespace, sim_conn: Any, nats_url: str)
     loop = asyncio.get_running_loop()
     out: dict[str, Any] = {}
     first = 0
-    for phase, count, rate in (("paced", args.paced, args.rate), ("burst", args.burst, None)):
-        count = min(count, args.jobs - first)
+    paced = min(args.paced, args.jobs // 2)
+    for phase, count, rate in (
+        ("paced", paced, args.rate),
+        ("burst", min(args.burst, args.jobs - paced), None),
+    ):
         lat = Latency()
         await lat.start(nats_url)
         sim_conn.send(("terminal", count, rate, first))
@@ -424,14 +465,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--pods-per-job", type=int, default=10)
     parser.add_argument("--pod-churn", type=int, default=None, help="pod status writes (default: 1 per pod)")
-    parser.add_argument("--job-churn", type=int, default=None, help="job status writes (default: 2 per job)")
+    parser.add_argument("--job-churn", type=int, default=None, help="job status writes (default: 10 per job)")
     parser.add_argument("--rate", type=float, default=200.0, help="paced terminal pod changes per second")
     parser.add_argument("--paced", type=int, default=2000, help="terminal pod changes, paced")
     parser.add_argument("--burst", type=int, default=2000, help="terminal pod changes, unpaced")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     args.pod_churn = args.pod_churn if args.pod_churn is not None else args.jobs * args.pods_per_job
-    args.job_churn = args.job_churn if args.job_churn is not None else args.jobs * 2
+    args.job_churn = args.job_churn if args.job_churn is not None else args.jobs * 10
     raise_fd_limit()
 
     from trainwatch_common.testing.servers import NatsServer, RedisServer
@@ -455,6 +496,10 @@ def main() -> None:
             kubeconfig, total_pods, setup_s = sim_conn.recv()
             print(f"kubesim: {total_pods:,} pods written in {setup_s:.1f} s", flush=True)
             results.append(run_mode(diagnosis, args, sim_conn, kubeconfig, nats_server.url, redis_server.url))
+            if diagnosis:
+                cache_process, cache_conn = child(cache_bytes, kubeconfig)
+                results[-1]["tracemalloc"] = cache_conn.recv()
+                cache_process.join(30)
             sim_conn.send(("stop",))
             sim_process.join(30)
         finally:
@@ -464,7 +509,8 @@ def main() -> None:
     off, on = results
     pods = args.jobs * args.pods_per_job
     print(
-        f"\n{args.jobs:,} jobs x {args.pods_per_job} pods ({pods:,} pods); run {time.perf_counter() - wall0:.0f} s\n"
+        f"\n{args.jobs:,} jobs x {args.pods_per_job} pods ({pods:,} pods); "
+        f"run {time.perf_counter() - wall0:.0f} s\n"
     )
     print("| measure | diagnosis off | diagnosis on | on / off |\n|---|---:|---:|---:|")
 
@@ -486,8 +532,16 @@ def main() -> None:
         pc_on["cpu"] / pc_on["writes"] * 1e6,
         ",.1f",
     )
+    row(
+        "CPU-us per published job event (job churn)",
+        jc_off["cpu"] / max(jc_off["published"], 1) * 1e6,
+        jc_on["cpu"] / max(jc_on["published"], 1) * 1e6,
+        ",.0f",
+    )
     row("job events published in job churn", jc_off["published"], jc_on["published"], ",.0f")
     row("job events published in pod churn", pc_off["published"], pc_on["published"], ",.0f")
+    row("pod churn CPU-s (absolute)", pc_off["cpu"], pc_on["cpu"], ".2f")
+    row("job churn CPU-s (absolute)", jc_off["cpu"], jc_on["cpu"], ".2f")
     row("sync (list) CPU-s", off["sync_cpu"], on["sync_cpu"], ".2f")
     row("RSS after sync, MB", off["rss"], on["rss"], ".0f")
     per_pod = (on["rss"] - off["rss"]) * 1024 * 1024 / max(on["pods_cached"], 1)
@@ -495,15 +549,22 @@ def main() -> None:
         f"\nRSS delta over {on['pods_cached']:,} cached pods: {on['rss'] - off['rss']:.0f} MB, "
         f"{per_pod:,.0f} bytes per cached pod (target <= 1024)"
     )
+    tm = on["tracemalloc"]
+    print(
+        f"tracemalloc of the evidence cache alone: {tm['bytes'] / tm['pods']:,.0f} bytes per cached pod "
+        f"over {tm['pods']:,} pods (the pod objects are {tm['object_bytes'] / 1024:.1f} KB as JSON)"
+    )
     lat = on.get("latency", {})
     for phase, v in lat.items():
         print(
-            f"latency {phase}: {v['count']:,} terminal pods at {v['rate']:,.0f}/s: p50 {v['p50'] * 1000:.0f} ms, "
+            f"latency {phase}: {v['count']:,} terminal pods at {v['rate']:,.0f}/s: "
+            f"p50 {v['p50'] * 1000:.0f} ms, "
             f"p99 {v['p99'] * 1000:.0f} ms (target <= 1000), max {v['max'] * 1000:.0f} ms, "
             f"{v['missing']} not seen; load {v['load']}"
         )
     print(
-        f"load average: off run {off['load_start']} -> {off['load_end']}; on run {on['load_start']} -> {on['load_end']}"
+        f"load average: off run {off['load_start']} -> {off['load_end']}; "
+        f"on run {on['load_start']} -> {on['load_end']}"
     )
     if args.json:
         args.json.write_text(
