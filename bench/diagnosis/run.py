@@ -257,14 +257,28 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
             }
         )
         loop = asyncio.get_running_loop()
+        profiler: Any = None
         while True:
             cmd = await loop.run_in_executor(None, conn.recv)
             if cmd == "stop":
                 break
             if cmd == "cpu":
                 conn.send(time.process_time())
+            elif cmd == "profile":
+                import cProfile
+
+                profiler = cProfile.Profile()
+                profiler.enable()
             elif cmd == "settle":
-                conn.send(await settle())
+                cpu = await settle()
+                if profiler is not None:
+                    import pstats
+
+                    profiler.disable()
+                    print(f"--- profile, diagnosis {'on' if diagnosis else 'off'}", flush=True)
+                    pstats.Stats(profiler).sort_stats(os.environ["BENCH_PROFILE"]).print_stats(35)
+                    profiler = None
+                conn.send(cpu)
         stop.set()
         await task
 
@@ -400,6 +414,8 @@ def run_mode(
     )
     for phase, count in (("pod_churn", args.pod_churn), ("job_churn", args.job_churn)):
         events0 = asyncio.run(stream_count(nats_url))
+        if phase == "job_churn" and os.environ.get("BENCH_PROFILE"):
+            wconn.send("profile")  # cProfile the watcher over the job churn (inflates its CPU)
         wconn.send("cpu")
         cpu0 = wconn.recv()
         sim_conn.send((phase, count))
