@@ -255,3 +255,28 @@ async def test_log_tails_when_enabled_carry_the_failing_containers_last_lines_re
                 assert all(truth.log_secret not in line for line in tail.lines)
     finally:
         await watcher.stop()
+
+
+async def test_diagnosis_disabled_opens_no_evidence_watch_and_puts_no_diagnosis_on_events(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    nats_url: str,
+    redis_url: str,
+    job_events: JobEvents,
+) -> None:
+    cluster = await sim.add_cluster("plain", seed=5, **CLUSTER_OPTIONS)
+    await registry.add(cluster)
+    watcher = RunningWatcher(make_settings(nats_url, redis_url, diagnosis_enabled=False), registry)
+    await watcher.start()
+    try:
+        await watcher.wait_synced("plain", informers=len(cluster.kinds))
+        assert watcher.worker("plain").evidence is None
+        driver = kubesim.ScenarioDriver(cluster, seed=5, rate=None)
+        await driver.run_diagnosis("PyTorchJob", "OOMKilled")
+        await wait_for_truth(job_events, truth_by_uid(driver.truth), cluster_id="plain", timeout=20)
+    finally:
+        await watcher.stop()
+    evidence = ("/api/v1/pods", "/api/v1/events", "/apis/events.k8s.io/", "/workloads", "/podgroups")
+    asked = [path for _, path, _ in cluster.requests if any(e in path for e in evidence)]
+    assert asked == [], f"evidence read with diagnosis disabled: {asked[:5]}"
+    assert [e for e in job_events.of_cluster("plain") if e.diagnosis is not None] == []
