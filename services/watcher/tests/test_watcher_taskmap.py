@@ -45,3 +45,27 @@ async def test_a_task_failing_in_its_clean_up_is_logged_and_the_stop_completes(
         await tasks.stop("a")
     assert len(tasks) == 0
     assert any("failed while stopping" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_task_that_swallows_its_cancellation_is_cancelled_again_until_it_stops(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    started, swallowed = asyncio.Event(), asyncio.Event()
+
+    async def run(key: str, spec: int) -> None:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            swallowed.set()  # as redis-py's wait_for on Python 3.11 may: the task goes on
+        await asyncio.Event().wait()
+
+    tasks: TaskMap[str, int] = TaskMap(run, lambda key: f"informer {key}", recancel_after=0.05)
+    await tasks.reconcile({"a": 1})
+    await started.wait()
+    with caplog.at_level(logging.WARNING, logger="trainwatch_watcher.taskmap"):
+        async with asyncio.timeout(5):  # without the second cancellation this stop never returns
+            await tasks.stop("a")
+    assert swallowed.is_set()
+    assert len(tasks) == 0
+    assert any("cancelling it again" in r.getMessage() for r in caplog.records)

@@ -44,16 +44,18 @@ def report_exit(name: str, error: BaseException | None, *, consequence: str) -> 
         log.error("task crashed; %s", consequence, extra={"task": name, "error": repr(error)}, exc_info=error)
 
 
-async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None) -> bool:
+async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None, quiet: bool = False) -> bool:
     """Cancel ``task`` and wait until it finished, at most ``timeout`` seconds (None: as long as it
-    takes). False if it did not finish in time: it is left behind, and the log says so."""
+    takes). False if it did not finish in time: it is left behind, and the log says so (unless
+    ``quiet``: the caller decides what happens next)."""
     if not task.cancelling():  # asked once only: a second request would cut its clean-up short
         task.cancel()
     done, _ = await asyncio.wait({task}, timeout=timeout)
     if not done:
-        log.error(
-            "task did not stop in time; left behind", extra={"task": task.get_name(), "timeout": timeout}
-        )
+        if not quiet:
+            log.error(
+                "task did not stop in time; left behind", extra={"task": task.get_name(), "timeout": timeout}
+            )
         return False
     if not task.cancelled() and (error := task.exception()) is not None:
         log.error("task failed while stopping", extra={"task": task.get_name()}, exc_info=error)

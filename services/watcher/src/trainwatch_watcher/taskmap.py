@@ -8,6 +8,12 @@ on its own (a crash) is logged and dropped, so the next ``reconcile`` starts it 
 The keyed, dynamic counterpart of ``trainwatch_common.tasks.ServiceTasks`` (a service's fixed
 set of loops), built on the same two halves: ``report_exit`` logs a crash the same way, and
 ``cancel_and_wait`` stops a task the same way.
+
+A stop waits until the task has ended: a key's task never outlives its stop. A cancellation that
+a library swallowed (Python 3.11's ``asyncio.wait_for`` inside redis-py can lose one that races
+with a completed read; nats-py turns some into other errors) would make that wait endless, and a
+cluster's stop that never returns stalls the claim loop until every lease lapses. So a task still
+running ``recancel_after`` seconds after its cancellation is cancelled again, until it ends.
 """
 
 from __future__ import annotations
@@ -28,9 +34,16 @@ S = TypeVar("S")
 class TaskMap(Generic[K, S]):
     """One named task per key; a task that ends on its own is dropped so ``reconcile`` restarts it."""
 
-    def __init__(self, start: Callable[[K, S], Coroutine[Any, Any, None]], name: Callable[[K], str]) -> None:
+    def __init__(
+        self,
+        start: Callable[[K, S], Coroutine[Any, Any, None]],
+        name: Callable[[K], str],
+        *,
+        recancel_after: float = 2.0,
+    ) -> None:
         self._start = start
         self._name = name
+        self._recancel_after = recancel_after
         self._tasks: dict[K, asyncio.Task[None]] = {}
         self._specs: dict[K, S] = {}
 
@@ -74,7 +87,7 @@ class TaskMap(Generic[K, S]):
         self._specs.pop(key, None)
         if task is None:
             return
-        await cancel_and_wait(task, timeout=None)  # a key's task never outlives its stop
+        await self._stop_task(task)
 
     async def stop_all(self) -> None:
         keys = list(self._tasks)
@@ -84,4 +97,12 @@ class TaskMap(Generic[K, S]):
         for task in tasks:
             task.cancel()  # all at once: they stop concurrently
         for task in tasks:
-            await cancel_and_wait(task, timeout=None)
+            await self._stop_task(task)
+
+    async def _stop_task(self, task: asyncio.Task[None]) -> None:
+        while not await cancel_and_wait(task, timeout=self._recancel_after, quiet=True):
+            log.warning(
+                "task still running after its cancellation; cancelling it again",
+                extra={"task": task.get_name(), "after": self._recancel_after},
+            )
+            task.cancel()
