@@ -235,6 +235,7 @@ async def test_an_id_taken_by_a_stale_owners_late_event_is_not_the_end_of_the_jo
             == [(2, "Succeeded")]
         ),
         message="the true state under the next sequence",
+        timeout=20,  # a restart, the divergence found, a relist: several steps, each waiting on I/O
     )
     assert forged
     assert [(e.sequence, e.phase.value, e.terminal) for e in job_events.events if e.job.uid == uid] == [

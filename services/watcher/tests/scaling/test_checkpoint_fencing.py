@@ -143,7 +143,8 @@ async def test_a_drained_informer_has_checkpointed_everything_it_published(
     informer = make_informer(client, nc, StateStore(redis).fenced("trainwatch:epoch:alpha", 3), epoch=3)
     task = asyncio.create_task(informer.run(), name="draining informer")
     driver = kubesim.ScenarioDriver(alpha, seed=21, rate=200)
-    scenario = asyncio.create_task(driver.run_demo(jobs=30, concurrency=10), name="scenario")
+    # Many more jobs than the drain needs to see published: the scenario is still going when it drains.
+    scenario = asyncio.create_task(driver.run_demo(jobs=150, concurrency=10), name="scenario")
     try:
         await eventually(lambda: informer.status.synced, message="listed")
         js = nc.jetstream()
