@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+import nats
 from redis.asyncio import Redis
 from watcher_harness import (
     FakeRegistry,
@@ -19,7 +20,10 @@ from watcher_harness import (
 )
 
 import kubesim
+from kubesim import manifests
+from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually
+from trainwatch_common.testing.faults import TcpProxy
 from trainwatch_common.testing.servers import NatsServer
 from trainwatch_watcher.state import state_key
 
@@ -229,5 +233,70 @@ async def test_publishing_waits_while_nats_is_down(
         finally:
             await watcher.stop()
     finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
+async def test_a_jobs_events_stay_in_order_when_a_publish_is_lost_in_an_outage(
+    nats_process: NatsServer,
+    redis_url: str,
+    sim: kubesim.Simulator,
+) -> None:
+    """The chaos run found a job's sequence N stored after N+1 across a NATS outage: N went
+    into a connection that died, N+1 went out on the new one, and N's resend (after its ack
+    timeout) came last. Here N is sent into a black hole and N+1 happens after the reconnect,
+    well inside N's ack timeout: N+1 must wait until N is stored."""
+    proxy = TcpProxy("127.0.0.1", int(nats_process.url.rsplit(":", 1)[1]))
+    await proxy.start()
+    nc = await nats.connect(nats_process.url)
+    events = JobEvents(nc)
+    try:
+        await ensure_streams(nc.jetstream())
+        await events.start()
+        registry = FakeRegistry(nc)
+        watcher = RunningWatcher(
+            make_settings(f"nats://127.0.0.1:{proxy.port}", redis_url, publish_ack_timeout=3.0), registry
+        )
+        alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB])
+        await registry.add(alpha)
+        await watcher.start()
+        try:
+            await watcher.wait_synced("alpha", informers=1)
+            spec = alpha.store.spec(kubesim.PYTORCHJOB)
+            created = alpha.store.create(
+                spec, manifests.manifest(spec, "ordered", "default"), drop_status=True
+            )
+            uid = created["metadata"]["uid"]
+
+            def conditions(*types: str) -> dict[str, object]:
+                return {
+                    "conditions": [
+                        {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": t} for t in types
+                    ]
+                }
+
+            def phases() -> list[str]:
+                return [e.phase.value for e in events.events if e.job.uid == uid]
+
+            await eventually(lambda: len(phases()) == 1, message="the job's first event stored")
+            proxy.blackhole()
+            alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Running"))
+            await eventually(
+                lambda: b"ordered" in proxy.swallowed, message="the Running event sent into the black hole"
+            )
+            accepted = proxy.connections_accepted
+            proxy.cut()
+            await eventually(
+                lambda: proxy.connections_accepted > accepted, message="the watcher reconnected to NATS"
+            )
+            alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Succeeded"))
+            await eventually(lambda: len(phases()) == 3, timeout=20, message="all three events stored")
+            assert phases() == ["Pending", "Running", "Succeeded"]
+            assert [e.sequence for e in events.events if e.job.uid == uid] == [0, 1, 2]
+        finally:
+            await watcher.stop()
+    finally:
+        await events.stop()
+        await proxy.close()
         with contextlib.suppress(Exception):
             await nc.close()

@@ -122,6 +122,11 @@ class Informer(WatchHooks):
         self._metrics = metrics
         self._timings = timings
         self._queue: asyncio.Queue[Commit] = asyncio.Queue(maxsize=max_in_flight)
+        # subject -> its publish not yet confirmed. A job's next event waits for it: a send lost
+        # with a dead connection is resent only after its ack timeout, and anything sent on the
+        # new connection meanwhile would be stored ahead of it, out of the job's order.
+        self._unconfirmed: dict[str, PendingPublish] = {}
+        self._confirmed: dict[str, asyncio.Future[None]] = {}  # made only when somebody waits
         self._records: dict[str, JobRecord] = {}
         self._on_kind_gone = on_kind_gone
         self.status = InformerStatus()
@@ -546,15 +551,30 @@ class Informer(WatchHooks):
             raise errors.LeaseNotProven(
                 f"lease on {self.spec.cluster_id} (epoch {self.spec.epoch}) not proven"
             )
+        subject = job_events.subject_for(self.spec, emission.slot)
+        while subject in self._unconfirmed:
+            confirmed = self._confirmed.get(subject)
+            if confirmed is None:
+                confirmed = self._confirmed[subject] = asyncio.get_running_loop().create_future()
+            await confirmed
         document = job_events.event_document(
             self.spec, emission, obj, resource_version, uid, observed_at=datetime.now(UTC), extras=extras
         )
-        return await self._publisher.submit(
-            subject=job_events.subject_for(self.spec, emission.slot),
+        pending = await self._publisher.submit(
+            subject=subject,
             payload=job_event_json(document),
             msg_id=document["event_id"],
             kind_key=self._kind_label,
         )
+        self._unconfirmed[subject] = pending
+        return pending
+
+    def _on_confirmed(self, pending: PendingPublish) -> None:
+        if self._unconfirmed.get(pending.subject) is pending:
+            del self._unconfirmed[pending.subject]
+            confirmed = self._confirmed.pop(pending.subject, None)
+            if confirmed is not None:
+                confirmed.set_result(None)
 
     # -- committing ---------------------------------------------------------------------------
     async def _commit(self) -> None:
@@ -576,6 +596,7 @@ class Informer(WatchHooks):
                 commit = batch[done]
                 if commit.pending is not None:
                     ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                    self._on_confirmed(commit.pending)
                     if ack.duplicate and commit.emission is not None:
                         await self._check_duplicate(ack, commit.pending.msg_id, commit.emission)
                     stream_mark = max(stream_mark, ack.seq or 0)
