@@ -44,7 +44,7 @@ def make_event(
     kind_key: str = "pytorchjob",
     phase: Phase = Phase.FAILED,
     terminal: bool | None = None,
-    sequence: int = 3,
+    sequence: int = 0,  # a job's first event: a later one waits for its elders (order.py)
     epoch: int = 1,
     owner: str | None = None,
     labels: dict[str, str] | None = None,

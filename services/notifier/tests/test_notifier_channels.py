@@ -168,7 +168,7 @@ async def test_generic_webhook_gets_a_signed_cloudevent(sinks: ChatSinks, client
     event = request.json()
     assert event["specversion"] == "1.0"
     assert event["type"] == "io.trainwatch.job.status.v1"
-    assert event["id"] == "job.alpha.uid-train-1.3"
+    assert event["id"] == "job.alpha.uid-train-1.0"
     assert event["data"]["phase"] == "Failed"
     assert event["trainwatchowner"] == "alice"
     assert event["trainwatchlink"] == "https://dash/jobs/alpha/uid-train-1"

@@ -79,7 +79,7 @@ async def test_a_quiet_channel_sends_one_message_per_event(
     rules = rules_path(feishu_rules(feishu_sink.url("ml")))
     async with running(Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))):
         for index, phase in enumerate((Phase.RESTARTING, Phase.SUSPENDED, Phase.SUCCEEDED)):
-            await publish(js, make_event(phase=phase, sequence=index + 1))
+            await publish(js, make_event(phase=phase, sequence=index))
         await eventually(lambda: len(feishu_sink.received) == 3)
     colours = [r.body["card"]["header"]["template"] for r in feishu_sink.received]
     assert colours == ["orange", "grey", "green"]
@@ -142,7 +142,7 @@ async def test_a_burst_larger_than_the_redis_pool_waits_for_connections_not_for_
     async with running(Notifier(settings)):
         # Five events each of 40 jobs: each job's later events are held back behind its earlier
         # ones, and every one held back asks Redis for its turn.
-        for sequence in range(1, 6):
+        for sequence in range(5):
             for index in range(40):
                 event = make_event(name=f"burst-{index:03d}", uid=f"uid-{index}", sequence=sequence)
                 await publish(js, event)

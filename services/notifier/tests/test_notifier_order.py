@@ -34,6 +34,12 @@ def titles(sink: FeishuSink) -> list[str]:
     return [r.body["card"]["header"]["title"]["content"] for r in sink.received]
 
 
+async def settle_first_event(js: JetStreamContext, name: str = "train-9") -> None:
+    """The job's first event (a Running: no card), settled: the job order knows the job."""
+    await publish(js, make_event(name=name, phase=Phase.RUNNING, sequence=0))
+    await eventually(lambda: all_acked(js), message="the job's first event is settled")
+
+
 RESTARTING = "🔁 PyTorchJob team-a/train-9 Restarting"
 SUCCEEDED = "✅ PyTorchJob team-a/train-9 Succeeded"
 SUSPENDED = "⏸️ PyTorchJob team-a/train-9 Suspended"
@@ -98,6 +104,7 @@ async def test_a_jobs_events_keep_their_order_across_a_redis_outage(
     rules = rules_path(feishu_rules(feishu_sink.url("ml")))
     notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_process.url, rules_file=rules))
     async with running(notifier):
+        await settle_first_event(js)
         await publish(js, make_event(name="other-job"))
         await eventually(lambda: len(feishu_sink.received) == 1, message="the notifier works")
         await eventually(lambda: all_acked(js), message="and has acked it")
@@ -118,8 +125,8 @@ async def test_a_jobs_events_keep_their_order_across_a_redis_outage(
 
 async def test_the_job_order_in_redis(redis: Redis) -> None:
     order = JobOrder(redis, stale_after_seconds=1.0)
-    first, second, third = (make_event(name="train-9", sequence=n) for n in (1, 2, 3))
-    other_job = make_event(name="train-10", sequence=7)
+    first, second, third = (make_event(name="train-9", sequence=n) for n in (0, 1, 2))
+    other_job = make_event(name="train-10", sequence=0)
 
     places = await order.take_places([second, first, other_job])
     assert [p.older_held for p in places] == [True, False, False]  # the 2nd waits for the 1st
@@ -129,22 +136,29 @@ async def test_the_job_order_in_redis(redis: Redis) -> None:
     await order.finish([first])
     await order.refresh([first, second])  # a late heartbeat must not bring the 1st back
     [place] = await order.take_places([second])
-    assert (place.older_held, place.done) == (False, 1)
+    assert (place.older_held, place.done) == (False, 0)
     assert place.ready(waited_seconds=0, grace_seconds=1)
 
     # the 3rd's predecessor is neither settled nor held: it may be on its way to a replica
     [place] = await order.take_places([third])
     assert place.older_held  # the 2nd is still held (not finished)
     await order.finish([second, third])
-    gap = make_event(name="train-9", sequence=5)
+    gap = make_event(name="train-9", sequence=4)
     [place] = await order.take_places([gap])
     assert not place.ready(waited_seconds=0, grace_seconds=1)
     assert place.ready(waited_seconds=1, grace_seconds=1)
 
     # an event that comes after a newer one of its job was settled: late, and still routed
-    [place] = await order.take_places([make_event(name="train-9", sequence=2)])
+    [place] = await order.take_places([make_event(name="train-9", sequence=1)])
     assert place.late
     assert place.ready(waited_seconds=0, grace_seconds=1)
+
+    # a job the order knows nothing of (never seen, or Redis lost it): its first event goes at
+    # once, a later one gives its elders the grace, since one may be out for redelivery
+    [place] = await order.take_places([make_event(name="train-11", sequence=3)])
+    assert (place.older_held, place.done) == (False, None)
+    assert not place.ready(waited_seconds=0, grace_seconds=1)
+    assert place.ready(waited_seconds=1, grace_seconds=1)
 
 
 async def test_an_elder_nobody_keeps_alive_stops_holding_its_job_back(redis: Redis) -> None:
@@ -176,6 +190,7 @@ async def test_a_jobs_events_keep_their_order_when_redis_loses_its_data_mid_send
     restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
     notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
     async with running(notifier):
+        await settle_first_event(js)
         await publish(js, make_event(name="other-job"))
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
@@ -209,6 +224,7 @@ async def test_an_event_held_back_here_keeps_its_place_when_redis_loses_the_job_
     restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
     notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
     async with running(notifier):
+        await settle_first_event(js)
         await publish(js, make_event(name="other-job"))
         await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
         await publish(js, restarting)
@@ -256,3 +272,35 @@ async def test_an_elder_delivered_to_a_notifier_that_died_before_registering_it_
         await eventually(lambda: len(feishu_sink.received) == 2, timeout=20, message="both told")
         await eventually(lambda: all_acked(js), timeout=10, message="and acked")
     assert titles(feishu_sink) == [RESTARTING, SUCCEEDED]
+
+
+async def test_an_elder_out_for_redelivery_when_redis_lost_the_job_order_still_goes_first(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Issue 13 (full chaos seed 7: a Suspended card after the job's Succeeded one): Redis lost
+    its data (FLUSHALL) while a job's Suspended was out for redelivery, held by nobody. With the
+    job's order gone, its Succeeded looked like the first event of a job never seen and went at
+    once. An event of a job the order knows nothing of, other than its first, must give its
+    elders the time a redelivery takes."""
+    await consumer_with_ack_wait(js, 3.0)
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules)
+    async with running(Notifier(settings)):
+        await publish(js, make_event(name="train-9", phase=Phase.RUNNING, sequence=0))
+        await eventually(lambda: all_acked(js), message="the job's first event is settled")
+    await publish(js, make_event(name="train-9", phase=Phase.SUSPENDED, sequence=1))
+    doomed = await js.pull_subscribe_bind("notifier", stream="JOBS")  # the notifier that dies
+    [taken] = await doomed.fetch(1, timeout=5)
+    assert taken.metadata.sequence.stream == 2  # delivered, never acked nor registered
+    await doomed.unsubscribe()
+    await redis.flushall()
+    async with running(Notifier(settings)):
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2))
+        await eventually(lambda: len(feishu_sink.received) == 2, timeout=30, message="both told")
+        await eventually(lambda: all_acked(js), timeout=10, message="and acked")
+    assert titles(feishu_sink) == [SUSPENDED, SUCCEEDED]

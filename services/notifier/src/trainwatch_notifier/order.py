@@ -16,6 +16,11 @@ Each job (cluster id, uid) has a Redis hash ``<prefix>:order:<cluster_id>:<uid>`
   while nobody holds the event in between may have that event on its way to another replica
   (fetched, not yet registered), or with a notifier that died before registering it (it comes
   back after the consumer's ack wait); it is given ``grace`` to appear before the newer one goes.
+  A job with no ``done`` at all is given the same grace unless the event is its first (sequence
+  0): Redis may have lost the job's order (a wipe, a failover) while an elder was out for
+  redelivery, held by nobody, and without the grace the newer event would overtake it. The hash
+  lives as long as the JOBS stream keeps events (``ttl_seconds``), so only a job quiet for longer
+  than that, or one whose order Redis lost, waits.
 
 An event that arrives after a newer one of its job was settled is not dropped: it may be the only
 copy of a transition that was never notified. It is routed (its idempotency key still stops a
@@ -100,8 +105,12 @@ class Place:
     def ready(self, waited_seconds: float, grace_seconds: float) -> bool:
         if self.older_held:
             return False
-        if self.done is None or self.done >= self.sequence - 1:
-            return True  # a job we never settled before, or its predecessor is settled
+        if self.done is None:
+            # The job's first event, or one of a job whose order Redis no longer has: then an
+            # elder may be out for redelivery, held by nobody.
+            return self.sequence == 0 or waited_seconds >= grace_seconds
+        if self.done >= self.sequence - 1:
+            return True  # its predecessor is settled
         return waited_seconds >= grace_seconds  # the predecessor may be on its way to a replica
 
     @property
@@ -124,7 +133,7 @@ class JobOrder:
         *,
         prefix: str = "trainwatch",
         stale_after_seconds: float = 125.0,
-        ttl_seconds: int = 24 * 3600,
+        ttl_seconds: int = 8 * 24 * 3600,  # JOBS keeps events 7 days: elders older than that are gone
     ) -> None:
         self._prefix = prefix
         self._stale_ms = round(stale_after_seconds * 1000)
