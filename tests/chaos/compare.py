@@ -28,6 +28,13 @@ The promise (docs/contracts.md) decides what counts:
   and counted with out of order in the summary line: both break the per-job history).
 - A job whose last observed state is not its last true state has a **wrong final** state.
 
+Diagnosis updates (``change == "diagnosis"``: the reason moved, the state did not) are no
+state: they are checked for event ids used twice like any event, on the stream for a job's
+sequence going back (**out of order**), and the diagnosis a job ends with on the stream (its
+last event's) and in SQL (its ``jobs`` row) must be the category of kubesim's
+``DiagnosisTruth`` for the jobs a diagnosis scenario drove: a different one is a **wrong
+diagnosis**, counted with wrong final in the summary line.
+
 Cards follow the notifier's routing rules (``CARD_PHASES``): the chaos rules route the default
 phases, outcomes once terminal only, creations and transitions but not deletions.
 """
@@ -83,6 +90,18 @@ class Seen:
     ident: str | None = None
     detail: str = ""  # what to print about it (stream seq, sequence, epoch...)
     resend: bool = False  # a card the notifier marked as the resend of a send whose outcome it lost
+    sequence: int | None = None  # the event's per-job sequence (stream and SQL)
+    diagnosis: str | None = None  # the diagnosis category the event carries
+
+
+DIAGNOSIS_UPDATE = "diagnosis"  # the first item of a diagnosis update's key: no state of its own
+
+
+def seen_key(seen: Seen) -> Key:
+    """A state's key; a diagnosis update's own key (same state, the category it carries)."""
+    if seen.change == "diagnosis":
+        return (DIAGNOSIS_UPDATE, seen.phase, seen.sub_phase, seen.terminal, seen.diagnosis)
+    return state_key(seen.change, seen.phase, seen.sub_phase, seen.terminal)
 
 
 def state_key(change: str, phase: str, sub_phase: str | None, terminal: bool) -> Key:
@@ -113,13 +132,22 @@ class JobResult:
     never_true: int = 0
     replayed: int = 0  # the same event id with the same state again (reported, not failed on)
     resent: int = 0  # a card again under its idempotency key, marked as a resend (not failed on)
+    diagnosis_updates: int = 0  # the reason moved, the state did not (reported)
     wrong_final: bool = False
+    wrong_diagnosis: bool = False  # for a job a diagnosis scenario drove: another final category
     notes: list[str] = field(default_factory=list)
     lost_at: list[int] = field(default_factory=list)  # indices of the lost states in the job's truth
 
     @property
     def failed(self) -> bool:
-        return bool(self.lost or self.duplicated or self.out_of_order or self.never_true or self.wrong_final)
+        return bool(
+            self.lost
+            or self.duplicated
+            or self.out_of_order
+            or self.never_true
+            or self.wrong_final
+            or self.wrong_diagnosis
+        )
 
 
 def compare_job(
@@ -131,6 +159,7 @@ def compare_job(
     final: Key | None,
     repeats_are_duplicates: bool,
     resends: Sequence[bool] | None = None,
+    sequences: Sequence[int | None] | None = None,
 ) -> JobResult:
     """``truth``: (key, required) per true state in order; ``seen``: (key, ident) in observed
     order; ``final``: the surface's final state when it keeps one apart (SQL's ``jobs`` row),
@@ -139,7 +168,11 @@ def compare_job(
     ``resends`` (cards): per seen item, whether the notifier marked it as the resend of a send
     whose outcome it could not know. Then the same ident with the same state again is what the
     notifier promises in that case (docs/contracts.md), counted as **resent**; unmarked, it is a
-    card sent twice (**duplicated**). Without ``resends`` it is a **replay** (stream, SQL)."""
+    card sent twice (**duplicated**). Without ``resends`` it is a **replay** (stream, SQL).
+
+    ``sequences`` (stream): per seen item, its per-job sequence; one lower than an earlier
+    item's is the job stepping back in the stream's order (**out of order**). A diagnosis update
+    (key ``(DIAGNOSIS_UPDATE, ...)``) is checked for its id and sequence only."""
     result = JobResult(surface, uid, expected=len(truth), observed=len(seen))
     truth_keys = [matching(key) for key, _ in truth]
     matched = [False] * len(truth)
@@ -147,6 +180,7 @@ def compare_job(
     idents: dict[str, Key] = {}
     previous: Key | None = None
     last_good: Key | None = None
+    highest_sequence = -1
     for index, (key, ident) in enumerate(seen):
         if ident is not None:
             if ident in idents and idents[ident] == key:
@@ -164,6 +198,15 @@ def compare_job(
                 result.notes.append(f"id ...{ident[-40:]} reused: {fmt(idents[ident])}, then {fmt(key)}")
                 continue
             idents[ident] = key
+        sequence = sequences[index] if sequences is not None else None
+        if sequence is not None:
+            if sequence < highest_sequence:
+                result.out_of_order += 1
+                result.notes.append(f"{fmt(key)} (sequence {sequence}) after sequence {highest_sequence}")
+            highest_sequence = max(highest_sequence, sequence)
+        if key[0] == DIAGNOSIS_UPDATE:
+            result.diagnosis_updates += 1
+            continue
         if repeats_are_duplicates and key == previous:
             result.duplicated += 1
             result.notes.append(f"{fmt(key)} repeated")
@@ -197,7 +240,8 @@ def compare_job(
             result.collapsed += 1
     if truth:
         want = truth[-1][0]
-        got = final if final is not None else (seen[-1][0] if seen else None)
+        states = [key for key, _ in seen if key[0] != DIAGNOSIS_UPDATE]
+        got = final if final is not None else (states[-1] if states else None)
         if got != want:
             result.wrong_final = True
             result.notes.append(f"final {fmt(got)}, truth {fmt(want)}")
@@ -215,6 +259,8 @@ def fmt(key: Key | None) -> str:
         return "-"
     if key == ABSENT:
         return "absent"
+    if key[0] == DIAGNOSIS_UPDATE:
+        return f"diagnosis({key[4]})"
     if len(key) == 2:  # a card
         phase, terminal = key
         return f"{phase}{'*' if terminal else ''}"
@@ -231,6 +277,7 @@ class Observations:
     sql: dict[str, list[Seen]] = field(default_factory=dict)
     sql_final: dict[str, Key] = field(default_factory=dict)
     cards: dict[str, list[Seen]] = field(default_factory=dict)
+    sql_diagnosis: dict[str, str | None] = field(default_factory=dict)  # the jobs row's category
 
 
 @dataclass
@@ -251,7 +298,8 @@ class Report:
         return sum(self.total(s, "duplicated") for s in SURFACES)
 
     def wrong_final(self) -> int:
-        return sum(self.total(s, "wrong_final") for s in SURFACES)
+        """Wrong final states, and wrong final diagnoses (a job's final state includes why)."""
+        return sum(self.total(s, "wrong_final") + self.total(s, "wrong_diagnosis") for s in SURFACES)
 
     def out_of_order(self) -> int:
         return sum(self.total(s, "out_of_order") + self.total(s, "never_true") for s in SURFACES)
@@ -267,8 +315,10 @@ class Report:
         )
 
     def table(self) -> str:
-        head = ("surface", "expected", "seen", "replayed", "resent", "collapsed", "lost", "duplicated",
-                "wrong final", "out of order", "never true", "jobs failing", "unknown jobs")  # fmt: skip
+        head = ("surface", "expected", "seen", "diagnosis updates", "replayed", "resent", "collapsed",
+                "lost", "duplicated",
+                "wrong final", "wrong diagnosis", "out of order", "never true", "jobs failing",
+                "unknown jobs")  # fmt: skip
         rows = [head]
         for s in SURFACES:
             rows.append(
@@ -276,12 +326,14 @@ class Report:
                     s,
                     str(self.total(s, "expected")),
                     str(self.total(s, "observed")),
+                    str(self.total(s, "diagnosis_updates")),
                     str(self.total(s, "replayed")),
                     str(self.total(s, "resent")),
                     str(self.total(s, "collapsed")),
                     str(self.total(s, "lost")),
                     str(self.total(s, "duplicated")),
                     str(self.total(s, "wrong_final")),
+                    str(self.total(s, "wrong_diagnosis")),
                     str(self.total(s, "out_of_order")),
                     str(self.total(s, "never_true")),
                     str(sum(1 for r in self.results[s] if r.failed)),
@@ -319,8 +371,12 @@ def by_uid(rows: Iterable[TruthRow]) -> dict[str, list[TruthRow]]:
     return out
 
 
-def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
+def compare(
+    truth_rows: Sequence[TruthRow], seen: Observations, diagnoses: dict[str, str] | None = None
+) -> Report:
+    """``diagnoses``: uid -> the category kubesim's ``DiagnosisTruth`` says the job ends with."""
     truth = by_uid(truth_rows)
+    diagnoses = diagnoses or {}
     results: dict[str, list[JobResult]] = {s: [] for s in SURFACES}
     lost: dict[str, list[int]] = {s: [] for s in SURFACES}
 
@@ -328,17 +384,26 @@ def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
         return [(key(s), s.ident) for s in items]
 
     def states_of(items: Iterable[Seen]) -> list[tuple[Key, str | None]]:
-        return keyed(items, lambda s: state_key(s.change, s.phase, s.sub_phase, s.terminal))
+        return keyed(items, seen_key)
+
+    def check_diagnosis(result: JobResult, uid: str, got: str | None) -> None:
+        want = diagnoses.get(uid)
+        if want is not None and got != want:
+            result.wrong_diagnosis = True
+            result.notes.append(f"diagnosis {got}, truth {want}")
 
     for uid, rows in truth.items():
         states = [(state_key(r.change, r.phase, r.sub_phase, r.terminal), r.required) for r in rows]
+        stream = seen.stream.get(uid, [])
         results["stream"].append(
             compare_job(
                 "stream", uid, states,
-                states_of(seen.stream.get(uid, [])),
+                states_of(stream),
                 final=None, repeats_are_duplicates=True,
+                sequences=[s.sequence for s in stream],
             )
         )  # fmt: skip
+        check_diagnosis(results["stream"][-1], uid, stream[-1].diagnosis if stream else None)
         results["sql"].append(
             compare_job(
                 "sql", uid, states,
@@ -346,6 +411,7 @@ def compare(truth_rows: Sequence[TruthRow], seen: Observations) -> Report:
                 final=seen.sql_final.get(uid, ABSENT), repeats_are_duplicates=True,
             )
         )  # fmt: skip
+        check_diagnosis(results["sql"][-1], uid, seen.sql_diagnosis.get(uid))
         for surface in ("stream", "sql"):
             lost[surface] += [rows[j].position for j in results[surface][-1].lost_at]
         routed = [r for r in rows if routed_to_cards(r)]

@@ -18,6 +18,7 @@ The runner drives it over a small loopback HTTP API (JSON in, JSON out):
     POST /faults/stall     {cluster, seconds}  watches send nothing (silent partition)
     POST /rotate           {cluster}      new token (the old one gets 401); returns the kubeconfig
     GET  /truth?since=N                   ground-truth entries N.. (in write order)
+    GET  /diagnoses                       {uid: category} of every job a diagnosis scenario drove
     GET  /stats                           entries, running lifecycles, open watches per cluster
 
 Every lifecycle and its truth entry are written by the scenario drivers in this process, so the
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import random
 import signal
 import sys
 from collections.abc import Awaitable, Callable
@@ -45,8 +47,17 @@ Handler = Callable[[web.Request], Awaitable[web.Response]]
 class Scenarios:
     """The drivers of every cluster, sharing one truth log, and the tasks running them."""
 
-    def __init__(self, clusters: list[kubesim.Cluster], *, seed: int, rate: float, concurrency: int) -> None:
+    def __init__(
+        self,
+        clusters: list[kubesim.Cluster],
+        *,
+        seed: int,
+        rate: float,
+        concurrency: int,
+        diagnoses_per_batch: int = 1,
+    ) -> None:
         self.truth = kubesim.TruthLog()
+        self.diagnoses_per_batch = diagnoses_per_batch
         self.seed = seed
         self.rate = rate
         self.concurrency = concurrency
@@ -73,8 +84,36 @@ class Scenarios:
 
     async def _steady_loop(self, driver: kubesim.ScenarioDriver) -> None:
         # A batch at a time, so stop() lets every started lifecycle end (terminal or deleted).
+        # Beside each batch, diagnosis scenarios: jobs with pods, Events and logs whose reason
+        # the watchers must find, and whose reason may move while the job stays Pending.
+        cases = kubesim.diagnosis_cases(driver.cluster)
+        picks = random.Random(driver.seed)
         while self._running:
-            await driver.run_demo(jobs=self.concurrency, concurrency=self.concurrency)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(
+                    driver.run_demo(jobs=self.concurrency, concurrency=self.concurrency),
+                    name=f"kubesim-host demo {driver.cluster.name}",
+                )
+                for _ in range(self.diagnoses_per_batch if cases else 0):
+                    spec, category = picks.choice(cases)
+                    group.create_task(
+                        self._diagnose(driver, spec, category),
+                        name=f"kubesim-host diagnosis {driver.cluster.name}",
+                    )
+
+    @staticmethod
+    async def _diagnose(driver: kubesim.ScenarioDriver, spec: kubesim.KindSpec, category: str) -> None:
+        with contextlib.suppress(kubesim.NotApplicable):
+            await driver.run_diagnosis(spec, category, namespace=driver.random.choice(driver.namespaces))
+
+    def diagnoses(self) -> dict[str, str]:
+        """uid -> the category a job's diagnosis ends with (a variant's earlier truth comes first)."""
+        return {
+            truth.uid: truth.category
+            for drivers in self.drivers.values()
+            for driver in drivers
+            for truth in driver.diagnoses
+        }
 
     def burst(self, jobs: int, rate: float) -> int:
         """``jobs`` more jobs on every cluster, all started at once (a burst of submissions)."""
@@ -191,6 +230,9 @@ def make_app(sim: kubesim.Simulator, scenarios: Scenarios) -> web.Application:
         entries = scenarios.truth.entries[since:]
         return web.json_response({"since": since, "entries": [e.as_dict() for e in entries]})
 
+    async def diagnoses(_: web.Request) -> web.Response:
+        return web.json_response(scenarios.diagnoses())
+
     async def stats(_: web.Request) -> web.Response:
         return web.json_response(
             {
@@ -214,6 +256,7 @@ def make_app(sim: kubesim.Simulator, scenarios: Scenarios) -> web.Application:
     app.router.add_post("/faults/stall", stall)
     app.router.add_post("/rotate", rotate)
     app.router.add_get("/truth", truth)
+    app.router.add_get("/diagnoses", diagnoses)
     app.router.add_get("/stats", stats)
     return app
 
@@ -235,7 +278,13 @@ async def serve(args: argparse.Namespace) -> None:
             )
             for i in range(1, args.clusters + 1)
         ]
-        scenarios = Scenarios(clusters, seed=args.seed, rate=args.rate, concurrency=args.concurrency)
+        scenarios = Scenarios(
+            clusters,
+            seed=args.seed,
+            rate=args.rate,
+            concurrency=args.concurrency,
+            diagnoses_per_batch=args.diagnoses_per_batch,
+        )
         runner = web.AppRunner(make_app(sim, scenarios), access_log=None)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", args.control_port).start()
@@ -254,6 +303,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rate", type=float, default=2.0, help="status writes per second per job")
     parser.add_argument("--concurrency", type=int, default=4, help="steady jobs at once per cluster")
+    parser.add_argument(
+        "--diagnoses-per-batch", type=int, default=1, help="diagnosis scenarios beside each steady batch"
+    )
     parser.add_argument("--history", type=int, default=10_000)
     parser.add_argument("--bookmark-interval", type=float, default=1.0)
     parser.add_argument("--control-port", type=int, required=True)

@@ -141,6 +141,8 @@ async def read_stream(nc: NatsClient, *, timeout: float = 60.0) -> list[StoredEv
             event.change, event.phase.value, event.sub_phase.value if event.sub_phase else None,
             event.terminal, ident=(msg.headers or {}).get("Nats-Msg-Id", event.event_id),
             detail=f"seq={event.sequence} epoch={event.epoch} by={event.watcher_id}",
+            sequence=event.sequence,
+            diagnosis=event.diagnosis.category.value if event.diagnosis else None,
         )  # fmt: skip
         got.append(StoredEvent(seq, seen.ident or "", event.job.uid, seen))
         if seq >= last:
@@ -162,16 +164,24 @@ def stream_by_uid(events: list[StoredEvent]) -> dict[str, list[Seen]]:
     return out
 
 
-async def read_sql(database_url: str) -> tuple[dict[str, list[Seen]], dict[str, tuple[Any, ...]]]:
-    """The persister's history per uid (by sequence, then observation) and its ``jobs`` rows."""
+@dataclass(frozen=True, slots=True)
+class StoredSql:
+    history: dict[str, list[Seen]]  # per uid, by sequence, then observation
+    finals: dict[str, tuple[Any, ...]]  # the jobs rows' states
+    diagnoses: dict[str, str | None]  # the jobs rows' diagnosis categories
+
+
+async def read_sql(database_url: str) -> StoredSql:
+    """The persister's history per uid and its ``jobs`` rows."""
     connection = await asyncpg.connect(database_url, timeout=10)
     try:
         transitions = await connection.fetch(
-            "SELECT uid, event_id, sequence, epoch, change, phase, sub_phase, terminal, observed_at "
-            "FROM job_transitions ORDER BY cluster_id, uid, sequence, observed_at"
+            "SELECT uid, event_id, sequence, epoch, change, phase, sub_phase, terminal, observed_at, "
+            "diagnosis_category FROM job_transitions ORDER BY cluster_id, uid, sequence, observed_at"
         )
         jobs = await connection.fetch(
-            "SELECT uid, phase, sub_phase, terminal, deleted_at IS NOT NULL AS deleted FROM jobs"
+            "SELECT uid, phase, sub_phase, terminal, deleted_at IS NOT NULL AS deleted, "
+            "diagnosis_category FROM jobs"
         )
     finally:
         await connection.close()
@@ -185,6 +195,8 @@ async def read_sql(database_url: str) -> tuple[dict[str, list[Seen]], dict[str, 
                 bool(row["terminal"]),
                 ident=row["event_id"],
                 detail=f"seq={row['sequence']} epoch={row['epoch']}",
+                sequence=row["sequence"],
+                diagnosis=row["diagnosis_category"],
             )
         )
     finals = {
@@ -196,7 +208,7 @@ async def read_sql(database_url: str) -> tuple[dict[str, list[Seen]], dict[str, 
         )
         for row in jobs
     }
-    return history, finals
+    return StoredSql(history, finals, {row["uid"]: row["diagnosis_category"] for row in jobs})
 
 
 async def sql_counts(database_url: str) -> tuple[int, int]:

@@ -596,10 +596,17 @@ class Chaos:
         entries = (await self.kubesim("/truth"))["entries"]
         truth = [TruthRow.from_dict(d, position) for position, d in enumerate(entries)]
         stored = await observe.read_stream(self.nc)
-        sql, sql_final = await observe.read_sql(self.system.database_url)
+        sql = await observe.read_sql(self.system.database_url)
         cards, other = observe.cards_by_uid(list(self.system.sink.received))
-        seen = Observations(stream=observe.stream_by_uid(stored), sql=sql, sql_final=sql_final, cards=cards)
-        report = compare(truth, seen)
+        seen = Observations(
+            stream=observe.stream_by_uid(stored),
+            sql=sql.history,
+            sql_final=sql.finals,
+            cards=cards,
+            sql_diagnosis=sql.diagnoses,
+        )
+        diagnoses = await self.kubesim("/diagnoses")
+        report = compare(truth, seen, diagnoses)
         self.print_report(report, by_uid(truth), seen, other, await observe.deadletters(self.nc))
         return report
 

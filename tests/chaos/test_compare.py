@@ -119,3 +119,49 @@ def test_a_card_again_under_its_key_is_a_duplicate_unless_marked_as_a_resend() -
     assert cards_report([restarting, resent]) == (0, 0)  # the first copy never arrived: just the card
     other = dataclasses.replace(succeeded, ident="ch.id9", resend=True)
     assert cards_report([restarting, succeeded, other]) == (1, 0)  # another key's "resend" is no excuse
+
+
+def _sequenced(rows: list[TruthRow]) -> list[Seen]:
+    return [dataclasses.replace(s, sequence=i) for i, s in enumerate(seen(rows))]
+
+
+def test_a_jobs_sequence_going_back_in_the_stream_is_out_of_order() -> None:
+    """What a NATS outage did before a job's next publish waited for its previous one: the
+    stream held sequence N after N+1 (the states then also come out of order)."""
+    items = _sequenced(LIFE)
+    swapped = [items[0], items[2], items[1], *items[3:]]
+    stream = compare(LIFE, Observations(stream={"u1": swapped})).results["stream"][0]
+    assert stream.out_of_order >= 1
+    assert any("(sequence 1) after sequence 2" in note for note in stream.notes)
+    in_order = compare(LIFE, Observations(stream={"u1": items})).results["stream"][0]
+    assert not in_order.failed
+
+
+def test_diagnosis_updates_are_no_state_but_their_ids_order_and_final_category_are_checked() -> None:
+    life = _sequenced(LIFE[:2])  # created (Pending), Running
+    update = Seen("diagnosis", "Running", None, False, ident="id-d", sequence=2, diagnosis="OOMKilled")
+    history = [*life, update]
+    finals = {"u1": (False, "Running", None, False)}
+    diagnoses = {"u1": "OOMKilled"}
+
+    def surfaces(stream: list[Seen], sql_diagnosis: str | None) -> Observations:
+        return Observations(
+            stream={"u1": stream}, sql={"u1": stream}, sql_final=finals, sql_diagnosis={"u1": sql_diagnosis}
+        )
+
+    good = compare(LIFE[:2], surfaces(history, "OOMKilled"), diagnoses)
+    assert not good.failed, good.failing_jobs({})
+    assert good.results["stream"][0].diagnosis_updates == 1
+
+    wrong = compare(LIFE[:2], surfaces(history, "Unknown"), {"u1": "OOMKilled"})
+    stream, sql = wrong.results["stream"][0], wrong.results["sql"][0]
+    assert (stream.wrong_diagnosis, sql.wrong_diagnosis) == (False, True)
+    assert wrong.wrong_final() == 1
+
+    on_stream = compare(LIFE[:2], surfaces(history, "ImagePullBackOff"), {"u1": "ImagePullBackOff"})
+    assert on_stream.results["stream"][0].wrong_diagnosis
+    assert "diagnosis OOMKilled, truth ImagePullBackOff" in on_stream.results["stream"][0].notes
+
+    reused = dataclasses.replace(update, ident=life[1].ident)
+    twice = compare(LIFE[:2], surfaces([*life, reused], "OOMKilled"), diagnoses).results["stream"][0]
+    assert twice.duplicated == 1
