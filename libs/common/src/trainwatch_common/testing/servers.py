@@ -286,11 +286,7 @@ class RedisServer(ServerProcess):
     ready_text = "Ready to accept connections"
 
     def command(self) -> list[str]:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ServerMissing(
-                "redis-server not found: `apt-get install -y redis-server` (make test does it)"
-            )
+        binary = redis_server_binary()
         # appendonly: a restarted Redis keeps its data, as a production Redis with AOF does.
         return [
             binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
@@ -300,6 +296,173 @@ class RedisServer(ServerProcess):
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
+
+
+def redis_server_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ServerMissing("redis-server not found: `apt-get install -y redis-server` (make test does it)")
+    return binary
+
+
+class RedisReplica(RedisServer):
+    """A redis-server replicating ``master_port`` from its start (``--replicaof``)."""
+
+    def __init__(self, *, workdir: Path, master_port: int) -> None:
+        super().__init__(workdir=workdir)
+        self.master_port = master_port
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--replicaof", "127.0.0.1", str(self.master_port)]
+
+
+class RedisSentinel(ServerProcess):
+    """``redis-server <conf> --sentinel`` watching one master. Sentinel rewrites its configuration
+    file as it learns (replicas, other sentinels, a new master), so it is written only once."""
+
+    name = "redis-sentinel"
+    ready_text = "+monitor master"
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        master_name: str,
+        master_port: int,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+    ) -> None:
+        super().__init__(workdir=workdir)
+        self.master_name = master_name
+        self.master_port = master_port
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "sentinel.conf"
+
+    def prepare(self) -> None:
+        self.config_path.write_text(
+            f"""port {self.port}
+bind 127.0.0.1
+dir {self.workdir}
+sentinel monitor {self.master_name} 127.0.0.1 {self.master_port} 2
+sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}
+sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}
+sentinel parallel-syncs {self.master_name} 1
+"""
+        )
+
+    def command(self) -> list[str]:
+        return [redis_server_binary(), str(self.config_path), "--sentinel"]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class RedisSentinelGroup:
+    """A Redis master, ``replicas`` replicas of it and three sentinels (quorum 2) on loopback.
+
+    Every process can be killed and started again; after a failover ``master()`` asks the
+    sentinels which node is the master now. ``sentinels`` is the TRAINWATCH_REDIS_SENTINELS value.
+    Failure detection is fast for tests: the master is down after ``down_after_ms`` of silence.
+    """
+
+    master_name = "trainwatch"
+
+    def __init__(
+        self, workdir: Path, *, replicas: int = 1, down_after_ms: int = 1000, failover_timeout_ms: int = 5000
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"))
+        self.replicas = [
+            RedisReplica(workdir=_subdir(workdir, f"redis-{n + 1}"), master_port=self.first_master.port)
+            for n in range(replicas)
+        ]
+        self.nodes: list[RedisServer] = [self.first_master, *self.replicas]
+        self.sentinel_processes = [
+            RedisSentinel(
+                workdir=_subdir(workdir, f"sentinel-{n}"),
+                master_name=self.master_name,
+                master_port=self.first_master.port,
+                down_after_ms=down_after_ms,
+                failover_timeout_ms=failover_timeout_ms,
+            )
+            for n in range(3)
+        ]
+
+    @property
+    def sentinels(self) -> str:
+        return ",".join(s.address for s in self.sentinel_processes)
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start every process and wait until the replicas are in sync and every sentinel knows
+        every replica and the two other sentinels (before that, a failover cannot happen)."""
+        for node in self.nodes:
+            node.start()
+        for sentinel in self.sentinel_processes:
+            sentinel.start()
+        deadline = time.monotonic() + timeout
+        while not self._settled():
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {s.workdir.name}\n{s.log_tail(10)}" for s in self.sentinel_processes)
+                raise RuntimeError(f"the sentinels did not learn the replicas and each other:\n{logs}")
+            time.sleep(0.1)
+
+    def _settled(self) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(port=self.first_master.port, socket_timeout=1) as master:
+                info = master.info("replication")
+            online = [v for k, v in info.items() if k.startswith("slave") and v.get("state") == "online"]
+            if len(online) != len(self.replicas):
+                return False
+            for sentinel in self.sentinel_processes:
+                with redis.Redis(port=sentinel.port, socket_timeout=1) as client:
+                    if len(client.sentinel_slaves(self.master_name)) != len(self.replicas):
+                        return False
+                    if len(client.sentinel_sentinels(self.master_name)) != len(self.sentinel_processes) - 1:
+                        return False
+        except (redis.RedisError, OSError):
+            return False
+        return True
+
+    def master_port(self) -> int | None:
+        """The master's port as the first answering sentinel reports it."""
+        import redis
+
+        for sentinel in self.sentinel_processes:
+            if not sentinel.running:
+                continue
+            try:
+                with redis.Redis(port=sentinel.port, socket_timeout=1) as client:
+                    address = client.sentinel_get_master_addr_by_name(self.master_name)
+            except (redis.RedisError, OSError):
+                continue
+            if address:
+                return int(address[1])
+        return None
+
+    def master(self) -> RedisServer:
+        port = self.master_port()
+        return next(node for node in self.nodes if node.port == port)
+
+    def close(self) -> None:
+        for process in [*self.sentinel_processes, *self.nodes]:
+            process.close()
+
+
+def _subdir(parent: Path, name: str) -> Path:
+    path = parent / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def postgres_bindir() -> Path:
