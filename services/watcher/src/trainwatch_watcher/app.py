@@ -107,7 +107,7 @@ class WatcherApp:
         # A blocking pool: thousands of informers share a bounded number of connections and
         # wait for one instead of failing with "Too many connections".
         redis = redis_client(s, max_connections=s.redis_max_connections, blocking=True)
-        log.info("redis", extra={"redis": describe_redis(s)})
+        log.info("redis", extra={"redis": describe_redis(s), "lease_replicas": s.lease_replicas_required()})
         try:
             await ensure_streams(nc.jetstream())
             store = StateStore(redis)
@@ -139,6 +139,7 @@ class WatcherApp:
                 claims_redis, replica_id=self.instance_id,
                 start_cluster=ownership.start_owned, stop_cluster=ownership.stop_owned,
                 ttl_ms=s.lease_ttl_ms, tick=s.claim_tick, prefix=s.redis_prefix,
+                lease_replicas=s.lease_replicas_required(),
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
             ownership.bind(claims)

@@ -24,6 +24,12 @@ question synchronously, for a publisher to check before each publish: after a pr
 Leases given up this way are released (compare-and-set) once Redis answers again, so reclaiming
 after an outage waits for no TTL; the reclaim takes a new epoch.
 
+**Replicated Redis.** With ``lease_replicas`` (default 1 under Sentinel) an acquisition or a
+renewal counts only once that many replicas confirmed it (``LeaseManager``: ``WAIT``); one that
+they did not confirm is treated as Redis trouble (retried next tick, the deadline unchanged). So
+the sentence above holds across a failover that loses the master's last writes: the promoted
+replica has every lease and epoch counter a replica acted on (README, "Redis Sentinel").
+
 **The callbacks.** ``start_cluster(cluster_id, epoch)`` must return quickly (start a task).
 ``stop_cluster(cluster_id, reason)`` must return only once nothing of that cluster can publish
 any more. For a reason in ``GRACEFUL_REASONS`` (handoff, removed, shutdown) the lease was
@@ -57,6 +63,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 from trainwatch_common.leases import Lease, LeaseManager, new_holder
+from trainwatch_common.redis_connection import uses_sentinel
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_watcher import sharding
 from trainwatch_watcher.membership import Membership
@@ -83,6 +90,17 @@ class ClaimSettings(ServiceSettings):
     redis_prefix: str = Field(
         "trainwatch", description="Prefix of lease, epoch and membership keys (the notifier reads the epochs)"
     )
+    lease_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Redis replicas that must confirm (WAIT) a lease acquisition or renewal before it "
+        "counts; default 1 with TRAINWATCH_REDIS_SENTINELS, 0 with a URL (README: Redis Sentinel)",
+    )
+
+    def lease_replicas_required(self) -> int:
+        if self.lease_replicas is not None:
+            return self.lease_replicas
+        return 1 if uses_sentinel(self) else 0
 
 
 class ClaimMetrics:
@@ -140,6 +158,7 @@ class ClaimLoop:
         ttl_ms: int = 10_000,
         tick: float | None = None,
         prefix: str = "trainwatch",
+        lease_replicas: int = 0,
         clock: Callable[[], float] = time.monotonic,
         metrics: ClaimMetrics | None = None,
     ) -> None:
@@ -149,7 +168,8 @@ class ClaimLoop:
         self._stop_cluster = stop_cluster
         self._clock = clock
         self.metrics = metrics or ClaimMetrics()
-        self.leases = LeaseManager(redis, prefix=prefix, ttl_ms=ttl_ms)
+        # WAIT for the replicas within TTL/10: well inside a Redis call's budget (TTL/4, _call).
+        self.leases = LeaseManager(redis, prefix=prefix, ttl_ms=ttl_ms, replicas=lease_replicas)
         self.membership = Membership(redis, replica_id=replica_id, prefix=prefix, ttl_ms=ttl_ms)
         ttl = ttl_ms / 1000
         self.ttl = ttl
