@@ -7,6 +7,7 @@ import time
 
 import pytest
 from pydantic import SecretStr
+from redis.exceptions import RedisError
 
 from trainwatch_common.redis_connection import describe, redis_client, sentinel_addresses
 from trainwatch_common.settings import ServiceSettings
@@ -76,3 +77,35 @@ def test_sentinel_addresses_take_a_default_port() -> None:
 def test_what_may_be_logged_never_holds_a_password(settings: ServiceSettings, expected: str) -> None:
     assert describe(settings) == expected
     assert "hunter2" not in repr(settings.redis_password) + repr(settings.redis_sentinel_password)
+
+
+@pytest.mark.parametrize(
+    "redis_sentinel_group",
+    [{"password": "node-secret", "sentinel_password": "sentinel-secret"}],
+    indirect=True,
+)
+async def test_passwords_for_the_nodes_and_for_the_sentinels(
+    redis_sentinel_group: RedisSentinelGroup,
+) -> None:
+    sentinels = redis_sentinel_group.sentinels
+    both = ServiceSettings(
+        redis_sentinels=sentinels,
+        redis_password=SecretStr("node-secret"),
+        redis_sentinel_password=SecretStr("sentinel-secret"),
+    )
+    client = redis_client(both)
+    try:
+        await client.set("k", "v")
+        assert await client.get("k") == b"v"
+    finally:
+        await client.aclose()
+    for wrong in (
+        ServiceSettings(redis_sentinels=sentinels, redis_sentinel_password=SecretStr("sentinel-secret")),
+        ServiceSettings(redis_sentinels=sentinels, redis_password=SecretStr("node-secret")),
+    ):
+        client = redis_client(wrong)
+        try:
+            with pytest.raises(RedisError):  # the node refuses (NOAUTH), or no sentinel answers
+                await client.set("k", "v")
+        finally:
+            await client.aclose()

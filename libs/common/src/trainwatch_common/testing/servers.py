@@ -21,6 +21,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 class ServerMissing(RuntimeError):
@@ -282,16 +283,26 @@ class NatsCluster:
 
 
 class RedisServer(ServerProcess):
+    """``password``: clients must AUTH with it (``requirepass``), and as a replica it authenticates
+    to its master with it (``masterauth``), as in a replicated Redis with one password."""
+
     name = "redis"
     ready_text = "Ready to accept connections"
+
+    def __init__(self, *, workdir: Path | None = None, port: int | None = None, password: str = "") -> None:
+        super().__init__(workdir=workdir, port=port)
+        self.password = password
 
     def command(self) -> list[str]:
         binary = redis_server_binary()
         # appendonly: a restarted Redis keeps its data, as a production Redis with AOF does.
-        return [
+        command = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
             "--dir", str(self.workdir), "--daemonize", "no",
         ]  # fmt: skip
+        if self.password:
+            command += ["--requirepass", self.password, "--masterauth", self.password]
+        return command
 
     @property
     def url(self) -> str:
@@ -308,8 +319,8 @@ def redis_server_binary() -> str:
 class RedisReplica(RedisServer):
     """A redis-server replicating ``master_port`` from its start (``--replicaof``)."""
 
-    def __init__(self, *, workdir: Path, master_port: int) -> None:
-        super().__init__(workdir=workdir)
+    def __init__(self, *, workdir: Path, master_port: int, password: str = "") -> None:
+        super().__init__(workdir=workdir, password=password)
         self.master_port = master_port
 
     def command(self) -> list[str]:
@@ -331,8 +342,12 @@ class RedisSentinel(ServerProcess):
         master_port: int,
         down_after_ms: int,
         failover_timeout_ms: int,
+        master_password: str = "",
+        password: str = "",
     ) -> None:
         super().__init__(workdir=workdir)
+        self.master_password = master_password
+        self.password = password
         self.master_name = master_name
         self.master_port = master_port
         self.down_after_ms = down_after_ms
@@ -353,6 +368,11 @@ sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}
 sentinel parallel-syncs {self.master_name} 1
 """
         )
+        with open(self.config_path, "a") as config:
+            if self.master_password:
+                config.write(f"sentinel auth-pass {self.master_name} {self.master_password}\n")
+            if self.password:  # clients and the other sentinels must AUTH with it
+                config.write(f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n")
 
     def command(self) -> list[str]:
         return [redis_server_binary(), str(self.config_path), "--sentinel"]
@@ -372,17 +392,31 @@ class RedisSentinelGroup:
     Every process can be killed and started again; after a failover ``master()`` asks the
     sentinels which node is the master now. ``sentinels`` is the TRAINWATCH_REDIS_SENTINELS value.
     Failure detection is fast for tests: the master is down after ``down_after_ms`` of silence.
+    ``password`` protects the Redis nodes, ``sentinel_password`` the sentinels.
     """
 
     master_name = "trainwatch"
 
     def __init__(
-        self, workdir: Path, *, replicas: int = 1, down_after_ms: int = 1000, failover_timeout_ms: int = 5000
+        self,
+        workdir: Path,
+        *,
+        replicas: int = 1,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 5000,
+        password: str = "",
+        sentinel_password: str = "",
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
-        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"))
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"), password=password)
         self.replicas = [
-            RedisReplica(workdir=_subdir(workdir, f"redis-{n + 1}"), master_port=self.first_master.port)
+            RedisReplica(
+                workdir=_subdir(workdir, f"redis-{n + 1}"),
+                master_port=self.first_master.port,
+                password=password,
+            )
             for n in range(replicas)
         ]
         self.nodes: list[RedisServer] = [self.first_master, *self.replicas]
@@ -393,6 +427,8 @@ class RedisSentinelGroup:
                 master_port=self.first_master.port,
                 down_after_ms=down_after_ms,
                 failover_timeout_ms=failover_timeout_ms,
+                master_password=password,
+                password=sentinel_password,
             )
             for n in range(3)
         ]
@@ -419,13 +455,15 @@ class RedisSentinelGroup:
         import redis
 
         try:
-            with redis.Redis(port=self.first_master.port, socket_timeout=1) as master:
+            with redis.Redis(
+                port=self.first_master.port, password=self.password or None, socket_timeout=1
+            ) as master:
                 info = master.info("replication")
             online = [v for k, v in info.items() if k.startswith("slave") and v.get("state") == "online"]
             if len(online) != len(self.replicas):
                 return False
             for sentinel in self.sentinel_processes:
-                with redis.Redis(port=sentinel.port, socket_timeout=1) as client:
+                with self._sentinel_client(sentinel) as client:
                     if len(client.sentinel_slaves(self.master_name)) != len(self.replicas):
                         return False
                     if len(client.sentinel_sentinels(self.master_name)) != len(self.sentinel_processes) - 1:
@@ -442,13 +480,18 @@ class RedisSentinelGroup:
             if not sentinel.running:
                 continue
             try:
-                with redis.Redis(port=sentinel.port, socket_timeout=1) as client:
+                with self._sentinel_client(sentinel) as client:
                     address = client.sentinel_get_master_addr_by_name(self.master_name)
             except (redis.RedisError, OSError):
                 continue
             if address:
                 return int(address[1])
         return None
+
+    def _sentinel_client(self, sentinel: RedisSentinel) -> Any:
+        import redis
+
+        return redis.Redis(port=sentinel.port, password=self.sentinel_password or None, socket_timeout=1)
 
     def master(self) -> RedisServer:
         port = self.master_port()
