@@ -13,7 +13,8 @@ the sentinels promote a replica and point the other one at it. Measured and chec
 - never two owners emitting for one cluster: each (cluster, epoch) on the JOBS stream comes from
   one watcher, and per cluster the epochs' emission intervals (``observed_at``) do not overlap;
 - nothing lost, nothing stored twice (``assert_exactly_once``: per job, the stored transitions
-  are kubesim's truth), and the checkpoints on the new master agree with the stream.
+  are kubesim's truth), and the checkpoints on the new master agree with the stream;
+- the Redis nodes' and the sentinels' passwords (both set) appear in no watcher's log.
 
 Two replicas, not one: a lease counts only once a replica confirmed it (``lease_replicas`` 1, the
 default under Sentinel), and after the failover only the second replica can confirm anything.
@@ -27,6 +28,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import SecretStr
 from redis.asyncio import Redis
 from replica_harness import (
     Fleet,
@@ -42,6 +44,19 @@ from replica_harness import (
 import kubesim
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_common.testing import RedisSentinelGroup, eventually
+
+# The Redis nodes and the sentinels each have a password; neither may appear in any log.
+NODE_SECRET = "node-secret-4f1c"
+SENTINEL_SECRET = "sentinel-secret-9b2e"
+GROUP = {"replicas": 2, "password": NODE_SECRET, "sentinel_password": SENTINEL_SECRET}
+
+
+def sentinel_settings(group: RedisSentinelGroup) -> dict[str, str]:
+    return {
+        "TRAINWATCH_REDIS_SENTINELS": group.sentinels,
+        "TRAINWATCH_REDIS_PASSWORD": NODE_SECRET,
+        "TRAINWATCH_REDIS_SENTINEL_PASSWORD": SENTINEL_SECRET,
+    }
 
 
 @pytest.fixture
@@ -60,7 +75,7 @@ def make_fleet(tmp_path: Path) -> Iterator[Callable[..., Fleet]]:
             folder,
             log_dir,
             ttl_ms=ttl_ms,
-            extra_env={"TRAINWATCH_REDIS_SENTINELS": group.sentinels},
+            extra_env=sentinel_settings(group),
         )
         fleets.append(fleet)
         return fleet
@@ -82,7 +97,7 @@ async def writable_master_with_a_replica(group: RedisSentinelGroup, old_port: in
     port = await asyncio.to_thread(group.master_port)
     if port is None or port == old_port:
         return False
-    client = Redis(port=port, socket_timeout=1)
+    client = Redis(port=port, password=NODE_SECRET, socket_timeout=1)
     try:
         info = await client.info("replication")
         await client.set("trainwatch:test:probe", "1")
@@ -112,7 +127,7 @@ def overlapping_owners(stream: StreamLog) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("redis_sentinel_group", [2], indirect=True)
+@pytest.mark.parametrize("redis_sentinel_group", [GROUP], indirect=True, ids=["2-replicas"])
 @pytest.mark.parametrize("ttl_ms", [2000, 15_000], ids=["ttl-2s", "ttl-15s"])
 async def test_kill_9_of_the_redis_master_recovers_every_lease_within_ttl_plus_failover_losing_nothing(
     sim: kubesim.Simulator,
@@ -131,7 +146,11 @@ async def test_kill_9_of_the_redis_master_recovers_every_lease_within_ttl_plus_f
     cluster_ids = [c.name for c in clusters]
     everything = set(cluster_ids)
     fleet = make_fleet(nats_url, group, clusters, ttl_ms)
-    redis_target = ServiceSettings(redis_sentinels=group.sentinels)
+    redis_target = ServiceSettings(
+        redis_sentinels=group.sentinels,
+        redis_password=SecretStr(NODE_SECRET),
+        redis_sentinel_password=SecretStr(SENTINEL_SECRET),
+    )
     async with observing(nats_url, redis_target, cluster_ids) as (_, leases, health, stream):
         for n in range(2):
             fleet.start(f"w{n}")
@@ -181,3 +200,7 @@ async def test_kill_9_of_the_redis_master_recovers_every_lease_within_ttl_plus_f
         assert overlapping_owners(stream) == []
         await assert_exactly_once(stream, scenarios.truth)
         await assert_checkpoints_agree(redis_target, stream)
+        logs = "".join(path.read_text(errors="replace") for path in fleet.log_dir.glob("*.log"))
+        assert "sentinel master 'trainwatch' via" in logs  # what the watchers log of their Redis
+        assert NODE_SECRET not in logs
+        assert SENTINEL_SECRET not in logs
