@@ -62,7 +62,7 @@ from pydantic import Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from trainwatch_common.leases import Lease, LeaseManager, new_holder
+from trainwatch_common.leases import Lease, LeaseManager, LeaseNotReplicated, new_holder
 from trainwatch_common.redis_connection import uses_sentinel
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_watcher import sharding
@@ -120,6 +120,13 @@ class ClaimMetrics:
             "trainwatch_watcher_lease_renew_failures",
             "Lease renewals that failed: error (Redis unreachable or slow), lost (someone else holds it)",
             ["reason"],
+            registry=r,
+        )
+        self.lease_unconfirmed = Counter(
+            "trainwatch_watcher_lease_unconfirmed",
+            "Lease acquisitions and renewal batches that too few Redis replicas confirmed (WAIT): "
+            "not counted, as if Redis were unreachable",
+            ["operation"],
             registry=r,
         )
         self.lease_acquisitions = Counter(
@@ -319,6 +326,10 @@ class ClaimLoop:
             sent = self._clock()
             try:
                 renewed = await self._call(partial(self.leases.renew_many, [held.lease for held in batch]))
+            except LeaseNotReplicated:
+                self.metrics.lease_unconfirmed.labels("renew").inc()
+                self.metrics.lease_renew_failures.labels("error").inc()
+                raise
             except _REDIS_TROUBLE:
                 self.metrics.lease_renew_failures.labels("error").inc()
                 raise
@@ -354,7 +365,11 @@ class ClaimLoop:
                 renew_check_at = self._clock() + self.tick_interval
             sent = self._clock()
             holder = new_holder(self.replica_id)  # a nonce per acquisition: see connection_proof
-            lease = await self._call(partial(self.leases.acquire, cluster_id, holder))
+            try:
+                lease = await self._call(partial(self.leases.acquire, cluster_id, holder))
+            except LeaseNotReplicated:
+                self.metrics.lease_unconfirmed.labels("acquire").inc()
+                raise  # like Redis trouble: try again next tick
             if lease is None:
                 continue  # someone was quicker
             self._held[cluster_id] = _Held(lease, proven_at=sent)

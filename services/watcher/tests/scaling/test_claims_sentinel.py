@@ -170,3 +170,30 @@ def test_leases_wait_for_one_replica_under_sentinel_and_for_none_with_a_url() ->
     assert ClaimSettings(redis_sentinels="127.0.0.1:26379").lease_replicas_required() == 1
     assert ClaimSettings(redis_url="redis://r:6379/0").lease_replicas_required() == 0
     assert ClaimSettings(redis_sentinels="127.0.0.1:26379", lease_replicas=2).lease_replicas_required() == 2
+
+
+async def test_a_redis_without_the_required_replica_gives_no_lease_and_says_why(redis_url: str) -> None:
+    """One Redis, no replica, ``lease_replicas`` 1: nothing is acquired or started, /readyz's
+    ``redis_ok`` is false, and the unconfirmed acquisitions are counted; the lease is given back."""
+    redis = Redis.from_url(redis_url)
+    started: list[str] = []
+
+    async def start(cluster_id: str, epoch: int) -> None:
+        started.append(cluster_id)
+
+    async def stop(cluster_id: str, reason: str) -> None:
+        pass
+
+    loop = ClaimLoop(
+        redis, replica_id="w1", start_cluster=start, stop_cluster=stop, ttl_ms=3000, lease_replicas=1
+    )
+    try:
+        loop.set_desired(["c1"])
+        await loop.tick()
+        assert started == []
+        assert loop.owned() == {}
+        assert not loop.redis_ok
+        assert loop.metrics.lease_unconfirmed.labels("acquire")._value.get() == 1
+        assert await loop.leases.holder_of("c1") is None
+    finally:
+        await redis.aclose()
