@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 from pydantic import SecretStr
@@ -12,6 +13,7 @@ from redis.exceptions import RedisError
 from trainwatch_common.redis_connection import describe, redis_client, sentinel_addresses
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_common.testing import RedisSentinelGroup, eventually
+from trainwatch_common.testing.pki import throwaway_pki
 
 
 async def test_a_url_connects_as_before_and_a_blocking_client_waits_for_a_connection(redis_url: str) -> None:
@@ -109,3 +111,41 @@ async def test_passwords_for_the_nodes_and_for_the_sentinels(
                 await client.set("k", "v")
         finally:
             await client.aclose()
+
+
+@pytest.fixture
+def redis_pki(tmp_path: Path) -> dict[str, str]:
+    directory = tmp_path / "pki"
+    directory.mkdir()
+    return throwaway_pki(directory, server="redis")
+
+
+async def test_tls_to_the_sentinels_and_the_master_with_the_ca(
+    tmp_path: Path, redis_pki: dict[str, str]
+) -> None:
+    group = RedisSentinelGroup(tmp_path / "redis-tls", replicas=1, tls=redis_pki)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, group.start)
+        with_ca = ServiceSettings(redis_sentinels=group.sentinels, redis_tls_ca_file=redis_pki["ca"])
+        client = redis_client(with_ca, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            await client.set("k", "v")
+            assert await client.get("k") == b"v"
+        finally:
+            await client.aclose()
+        plain = redis_client(ServiceSettings(redis_sentinels=group.sentinels), socket_timeout=0.5)
+        try:
+            with pytest.raises(RedisError):  # no sentinel answers a client without TLS
+                await plain.set("k", "v")
+        finally:
+            await plain.aclose()
+        # A rediss:// URL trusts the same CA file.
+        url = ServiceSettings(redis_url=group.first_master.url, redis_tls_ca_file=redis_pki["ca"])
+        assert url.redis_url.startswith("rediss://")
+        direct = redis_client(url, socket_timeout=2)
+        try:
+            assert await direct.get("k") == b"v"
+        finally:
+            await direct.aclose()
+    finally:
+        await asyncio.get_running_loop().run_in_executor(None, group.close)

@@ -284,14 +284,23 @@ class NatsCluster:
 
 class RedisServer(ServerProcess):
     """``password``: clients must AUTH with it (``requirepass``), and as a replica it authenticates
-    to its master with it (``masterauth``), as in a replicated Redis with one password."""
+    to its master with it (``masterauth``), as in a replicated Redis with one password.
+    ``tls`` (``testing.pki.throwaway_pki``'s paths): TLS only on the port, replication too."""
 
     name = "redis"
     ready_text = "Ready to accept connections"
 
-    def __init__(self, *, workdir: Path | None = None, port: int | None = None, password: str = "") -> None:
+    def __init__(
+        self,
+        *,
+        workdir: Path | None = None,
+        port: int | None = None,
+        password: str = "",
+        tls: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(workdir=workdir, port=port)
         self.password = password
+        self.tls = tls
 
     def command(self) -> list[str]:
         binary = redis_server_binary()
@@ -302,11 +311,21 @@ class RedisServer(ServerProcess):
         ]  # fmt: skip
         if self.password:
             command += ["--requirepass", self.password, "--masterauth", self.password]
+        if self.tls:
+            command[command.index("--port") + 1] = "0"
+            command += ["--tls-port", str(self.port), *_redis_tls_arguments(self.tls)]
         return command
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+
+def _redis_tls_arguments(tls: dict[str, str]) -> list[str]:
+    return [
+        "--tls-cert-file", tls["server_cert"], "--tls-key-file", tls["server_key"],
+        "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no", "--tls-replication", "yes",
+    ]  # fmt: skip
 
 
 def redis_server_binary() -> str:
@@ -319,8 +338,10 @@ def redis_server_binary() -> str:
 class RedisReplica(RedisServer):
     """A redis-server replicating ``master_port`` from its start (``--replicaof``)."""
 
-    def __init__(self, *, workdir: Path, master_port: int, password: str = "") -> None:
-        super().__init__(workdir=workdir, password=password)
+    def __init__(
+        self, *, workdir: Path, master_port: int, password: str = "", tls: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(workdir=workdir, password=password, tls=tls)
         self.master_port = master_port
 
     def command(self) -> list[str]:
@@ -344,10 +365,12 @@ class RedisSentinel(ServerProcess):
         failover_timeout_ms: int,
         master_password: str = "",
         password: str = "",
+        tls: dict[str, str] | None = None,
     ) -> None:
         super().__init__(workdir=workdir)
         self.master_password = master_password
         self.password = password
+        self.tls = tls
         self.master_name = master_name
         self.master_port = master_port
         self.down_after_ms = down_after_ms
@@ -373,6 +396,12 @@ sentinel parallel-syncs {self.master_name} 1
                 config.write(f"sentinel auth-pass {self.master_name} {self.master_password}\n")
             if self.password:  # clients and the other sentinels must AUTH with it
                 config.write(f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n")
+            if self.tls:  # TLS only, to clients, to the Redis nodes and to the other sentinels
+                arguments = _redis_tls_arguments(self.tls)
+                lines = [
+                    f"{name[2:]} {value}" for name, value in zip(arguments[::2], arguments[1::2], strict=True)
+                ]
+                config.write(f"port 0\ntls-port {self.port}\n" + "\n".join(lines) + "\n")
 
     def command(self) -> list[str]:
         return [redis_server_binary(), str(self.config_path), "--sentinel"]
@@ -392,7 +421,8 @@ class RedisSentinelGroup:
     Every process can be killed and started again; after a failover ``master()`` asks the
     sentinels which node is the master now. ``sentinels`` is the TRAINWATCH_REDIS_SENTINELS value.
     Failure detection is fast for tests: the master is down after ``down_after_ms`` of silence.
-    ``password`` protects the Redis nodes, ``sentinel_password`` the sentinels.
+    ``password`` protects the Redis nodes, ``sentinel_password`` the sentinels; ``tls``
+    (``testing.pki.throwaway_pki``'s paths) makes every process speak TLS only.
     """
 
     master_name = "trainwatch"
@@ -406,16 +436,19 @@ class RedisSentinelGroup:
         failover_timeout_ms: int = 5000,
         password: str = "",
         sentinel_password: str = "",
+        tls: dict[str, str] | None = None,
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.password = password
         self.sentinel_password = sentinel_password
-        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"), password=password)
+        self.tls = tls
+        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"), password=password, tls=tls)
         self.replicas = [
             RedisReplica(
                 workdir=_subdir(workdir, f"redis-{n + 1}"),
                 master_port=self.first_master.port,
                 password=password,
+                tls=tls,
             )
             for n in range(replicas)
         ]
@@ -429,6 +462,7 @@ class RedisSentinelGroup:
                 failover_timeout_ms=failover_timeout_ms,
                 master_password=password,
                 password=sentinel_password,
+                tls=tls,
             )
             for n in range(3)
         ]
@@ -456,7 +490,10 @@ class RedisSentinelGroup:
 
         try:
             with redis.Redis(
-                port=self.first_master.port, password=self.password or None, socket_timeout=1
+                port=self.first_master.port,
+                password=self.password or None,
+                socket_timeout=1,
+                **self._tls_options(),
             ) as master:
                 info = master.info("replication")
             online = [v for k, v in info.items() if k.startswith("slave") and v.get("state") == "online"]
@@ -491,7 +528,16 @@ class RedisSentinelGroup:
     def _sentinel_client(self, sentinel: RedisSentinel) -> Any:
         import redis
 
-        return redis.Redis(port=sentinel.port, password=self.sentinel_password or None, socket_timeout=1)
+        return redis.Redis(
+            port=sentinel.port,
+            password=self.sentinel_password or None,
+            socket_timeout=1,
+            **self._tls_options(),
+        )
+
+    def _tls_options(self) -> dict[str, Any]:
+        # The certificates name 127.0.0.1 (redis-py's default host, "localhost", would not match).
+        return {"host": "127.0.0.1", "ssl": True, "ssl_ca_certs": self.tls["ca"]} if self.tls else {}
 
     def master(self) -> RedisServer:
         port = self.master_port()
