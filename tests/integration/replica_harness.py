@@ -33,6 +33,8 @@ from trainwatch_common.events.envelope import parse_cluster_health, parse_job_ev
 from trainwatch_common.events.ids import job_event_id
 from trainwatch_common.events.jobs import JobStatusEvent
 from trainwatch_common.leases import LeaseManager, replica_of
+from trainwatch_common.redis_connection import redis_client
+from trainwatch_common.settings import ServiceSettings
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.testing import eventually, free_port
 from trainwatch_watcher.records import decode_record
@@ -46,6 +48,15 @@ TTL = TTL_MS / 1000
 KINDS = [kubesim.PYTORCHJOB, kubesim.BATCH_JOB, kubesim.TRAINJOB, kubesim.JOBSET, kubesim.RAYJOB]
 
 State = tuple[str, str, str | None, bool]  # (change, phase, sub_phase, terminal)
+
+# Where the test reads Redis: a URL, or settings naming sentinels (a Sentinel-managed master).
+RedisTarget = str | ServiceSettings
+
+
+def connect_redis(target: RedisTarget, **options: Any) -> Redis:
+    if isinstance(target, str):
+        return Redis.from_url(target, **options)
+    return redis_client(target, **options)
 
 
 # -- watcher processes -------------------------------------------------------------------------
@@ -132,11 +143,13 @@ class Fleet:
     log_dir: Path
     replicas: dict[str, Replica] = field(default_factory=dict)
     ttl_ms: int = TTL_MS
+    extra_env: dict[str, str] = field(default_factory=dict)  # e.g. TRAINWATCH_REDIS_SENTINELS
 
     def env(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINWATCH_")}
         return {
             **base,
+            **self.extra_env,
             "TRAINWATCH_NATS_URL": self.nats_url,
             "TRAINWATCH_REDIS_URL": self.redis_url,
             "TRAINWATCH_KUBECONFIG_DIR": str(self.kubeconfig_dir),
@@ -178,8 +191,8 @@ async def add_clusters(
 class Leases:
     """Who holds each cluster's lease, read from Redis every 20 ms, with the times it changed."""
 
-    def __init__(self, redis_url: str, cluster_ids: list[str]) -> None:
-        self.redis = Redis.from_url(redis_url, socket_timeout=0.5, socket_connect_timeout=0.5)
+    def __init__(self, redis: RedisTarget, cluster_ids: list[str]) -> None:
+        self.redis = connect_redis(redis, socket_timeout=0.5, socket_connect_timeout=0.5)
         self.cluster_ids = cluster_ids
         manager = LeaseManager(self.redis)
         self._keys = [manager.lease_key(c) for c in cluster_ids]
@@ -437,7 +450,7 @@ async def assert_exactly_once(stream: StreamLog, truth: kubesim.TruthLog, *, tim
         newest[cluster_id] = (epoch, s.seq)
 
 
-async def assert_checkpoints_agree(redis_url: str, stream: StreamLog) -> None:
+async def assert_checkpoints_agree(redis_target: RedisTarget, stream: StreamLog) -> None:
     """Each live job's checkpoint holds the last stored sequence; deleted jobs have none."""
     last: dict[str, int] = {}
     deleted: set[str] = set()
@@ -445,7 +458,7 @@ async def assert_checkpoints_agree(redis_url: str, stream: StreamLog) -> None:
         last[s.event.job.uid] = s.event.sequence
         if s.event.change == "deleted":
             deleted.add(s.event.job.uid)
-    redis = Redis.from_url(redis_url)
+    redis = connect_redis(redis_target)
 
     async def checkpoints() -> dict[str, int]:
         found: dict[str, int] = {}
@@ -479,7 +492,7 @@ async def assert_checkpoints_agree(redis_url: str, stream: StreamLog) -> None:
 
 @contextlib.asynccontextmanager
 async def observing(
-    nats_url: str, redis_url: str, cluster_ids: list[str], *, kinds: int = len(KINDS)
+    nats_url: str, redis: RedisTarget, cluster_ids: list[str], *, kinds: int = len(KINDS)
 ) -> AsyncIterator[tuple[NatsClient, Leases, Health, StreamLog]]:
     nc = await nats.connect(nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
     try:
@@ -489,7 +502,7 @@ async def observing(
         await health.start()
         await stream.start()
         try:
-            async with Leases(redis_url, cluster_ids) as leases:
+            async with Leases(redis, cluster_ids) as leases:
                 yield nc, leases, health, stream
         finally:
             await stream.stop()

@@ -2,6 +2,7 @@ import pytest
 from redis.asyncio import Redis
 
 from trainwatch_common import LeaseManager
+from trainwatch_common.leases import LeaseNotReplicated
 from trainwatch_common.testing import RedisServer
 
 
@@ -80,3 +81,23 @@ async def test_renew_many_renews_held_leases_in_one_round_trip_and_refuses_stale
     assert await leases.renew_many([lease for lease in held if lease is not None]) == [True, False, True]
     assert await leases.holder_of("c1") == ("replica-b", taken.epoch)
     assert await leases.renew_many([]) == []
+
+
+async def test_with_replicas_required_an_unconfirmed_acquisition_or_renewal_does_not_count(
+    redis_url: str,
+) -> None:
+    """A Redis without replicas never confirms: nothing acquired may be used, and it is given back."""
+    client = Redis.from_url(redis_url)
+    try:
+        plain = LeaseManager(client, ttl_ms=10_000)
+        waiting = LeaseManager(client, ttl_ms=10_000, replicas=1, replication_timeout_ms=50)
+        with pytest.raises(LeaseNotReplicated):
+            await waiting.acquire("c1", "a")
+        assert await plain.holder_of("c1") is None  # released again: not blocking c1 for a TTL
+        held = await plain.acquire("c2", "a")
+        assert held is not None
+        with pytest.raises(LeaseNotReplicated):
+            await waiting.renew(held)
+        assert await plain.renew(held)
+    finally:
+        await client.aclose()

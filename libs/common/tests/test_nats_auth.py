@@ -6,8 +6,6 @@ and accepted with them; ``nats_auth()`` is what every service passes to ``nats.c
 from __future__ import annotations
 
 import base64
-import datetime as dt
-import ipaddress
 import json
 import os
 import time
@@ -17,68 +15,17 @@ from pathlib import Path
 import nats
 import nkeys
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from nats.aio.client import Client
 from pydantic import ValidationError
 
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_common.testing import NatsServer
-
-
-# -- a throw-away CA ----------------------------------------------------------------------------
-def _issue(
-    subject: str,
-    issuer: tuple[x509.Certificate, ec.EllipticCurvePrivateKey] | None,
-    *,
-    usage: list | None = None,
-) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer[0].subject if issuer else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now)
-        .not_valid_after(now + dt.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=issuer is None, path_length=None), critical=True)
-    )
-    if usage:
-        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
-        )
-    return builder.sign(issuer[1] if issuer else key, hashes.SHA256()), key
-
-
-def _write(
-    directory: Path, name: str, cert: x509.Certificate, key: ec.EllipticCurvePrivateKey
-) -> tuple[str, str]:
-    cert_path, key_path = directory / f"{name}.crt", directory / f"{name}.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-    )
-    return str(cert_path), str(key_path)
+from trainwatch_common.testing.pki import throwaway_pki
 
 
 @pytest.fixture
 def pki(tmp_path: Path) -> dict[str, str]:
-    ca = _issue("trainwatch-test-ca", None)
-    server = _issue("nats", ca, usage=[ExtendedKeyUsageOID.SERVER_AUTH])
-    client = _issue("persister", ca, usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
-    ca_path, _ = _write(tmp_path, "ca", *ca)
-    server_cert, server_key = _write(tmp_path, "server", *server)
-    client_cert, client_key = _write(tmp_path, "client", *client)
-    return {"ca": ca_path, "server_cert": server_cert, "server_key": server_key,
-            "client_cert": client_cert, "client_key": client_key}  # fmt: skip
+    return throwaway_pki(tmp_path, server="nats", client="persister")
 
 
 def _server(tmp_path: Path, config: str) -> Iterator[NatsServer]:

@@ -4,15 +4,28 @@ Acquiring a lease and taking the next fencing token happen in one Lua script, so
 owner of a name gets a strictly larger ``epoch`` than the one before it. Renew and release
 compare the stored value first, so an owner whose lease expired and was taken by another can
 never extend or delete the new owner's lease.
+
+**Replicated Redis (Sentinel).** Redis replicates asynchronously: a master that dies right after
+it acquired or renewed a lease may take that write with it, and the replica the sentinels
+promote then holds an older epoch counter (the next owner would get an epoch some replica
+already used) and no lease (the next owner would acquire while the last one still emits). With
+``replicas`` set, an acquisition or a renewal is followed on the same connection by ``WAIT
+replicas timeout``, and counts only once that many replicas confirmed it; otherwise it raises
+``LeaseNotReplicated`` (an acquisition is then released again, best effort). So every lease an
+owner acts on, and every epoch it stamps, is on a replica before it is used, and the replica a
+failover promotes (the one furthest along) has it. The watcher README ("Redis Sentinel") has the
+whole argument and its limits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 _ACQUIRE = """
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -72,13 +85,32 @@ def replica_of(holder: str) -> str:
     return replica if separator else holder
 
 
-class LeaseManager:
-    """Acquire, renew and release leases named ``<prefix>:lease:<name>``."""
+class LeaseNotReplicated(RedisError):
+    """The master took the write but fewer replicas than required confirmed it in time: a
+    failover now could lose it, so it proves nothing."""
 
-    def __init__(self, redis: Redis, *, prefix: str = "trainwatch", ttl_ms: int = 10_000) -> None:
+
+class LeaseManager:
+    """Acquire, renew and release leases named ``<prefix>:lease:<name>``.
+
+    ``replicas``: how many Redis replicas must confirm an acquisition or renewal (``WAIT``) within
+    ``replication_timeout_ms`` (default TTL/10) before it counts; 0 (one Redis) waits for none.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        prefix: str = "trainwatch",
+        ttl_ms: int = 10_000,
+        replicas: int = 0,
+        replication_timeout_ms: int | None = None,
+    ) -> None:
         self._redis = redis
         self._prefix = prefix
         self.ttl_ms = ttl_ms
+        self.replicas = replicas
+        self.replication_timeout_ms = max(1, replication_timeout_ms or ttl_ms // 10)
         self._acquire = redis.register_script(_ACQUIRE)
         self._renew = redis.register_script(_RENEW)
         self._release = redis.register_script(_RELEASE)
@@ -90,18 +122,39 @@ class LeaseManager:
         return f"{self._prefix}:epoch:{name}"
 
     async def acquire(self, name: str, holder: str) -> Lease | None:
-        """The lease with a new epoch, or None if someone else holds it."""
-        epoch = await self._acquire(
-            keys=[self.lease_key(name), self.epoch_key(name)], args=[holder, self.ttl_ms]
-        )
-        return Lease(name, holder, int(epoch)) if epoch else None
+        """The lease with a new epoch, or None if someone else holds it.
+
+        Raises ``LeaseNotReplicated`` if the replicas did not confirm it (see the module doc)."""
+        keys = [self.lease_key(name), self.epoch_key(name)]
+        args: list[str | int] = [holder, self.ttl_ms]
+        if not self.replicas:
+            epoch = await self._acquire(keys=keys, args=args)
+            return Lease(name, holder, int(epoch)) if epoch else None
+        async with self._redis.pipeline(transaction=False) as pipe:
+            await self._acquire(keys=keys, args=args, client=pipe)
+            pipe.execute_command("WAIT", self.replicas, self.replication_timeout_ms)
+            epoch, confirmed = await pipe.execute()
+        if not epoch:
+            return None
+        lease = Lease(name, holder, int(epoch))
+        if int(confirmed) < self.replicas:
+            # Nobody may use it: give it back now rather than block the cluster for a TTL.
+            with contextlib.suppress(RedisError):  # else it expires by itself
+                await self.release(lease)
+            raise LeaseNotReplicated(
+                f"lease {name}: {confirmed} of {self.replicas} replicas confirmed the acquisition"
+            )
+        return lease
 
     async def renew(self, lease: Lease) -> bool:
         """True if we still held the lease and extended it by the TTL."""
-        return bool(await self._renew(keys=[self.lease_key(lease.name)], args=[lease.value, self.ttl_ms]))
+        return (await self.renew_many([lease]))[0]
 
     async def renew_many(self, leases: Sequence[Lease]) -> list[bool]:
-        """``renew`` for several leases in one round trip (a pipeline; each is its own compare-and-set)."""
+        """``renew`` for several leases in one round trip (a pipeline; each is its own compare-and-set).
+
+        Raises ``LeaseNotReplicated`` if the replicas did not confirm the renewals: none of them
+        counts then (the leases stay proven only as long as the last confirmed renewal says)."""
         if not leases:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
@@ -109,7 +162,15 @@ class LeaseManager:
                 await self._renew(
                     keys=[self.lease_key(lease.name)], args=[lease.value, self.ttl_ms], client=pipe
                 )
+            if self.replicas:
+                pipe.execute_command("WAIT", self.replicas, self.replication_timeout_ms)
             results = await pipe.execute()
+        if self.replicas:
+            confirmed = int(results.pop())
+            if confirmed < self.replicas:
+                raise LeaseNotReplicated(
+                    f"{len(leases)} lease renewals: {confirmed} of {self.replicas} replicas confirmed them"
+                )
         return [bool(result) for result in results]
 
     async def release(self, lease: Lease) -> bool:

@@ -36,7 +36,28 @@ class ServiceSettings(BaseSettings):
     nats_tls_hostname: str = Field(
         "", description="The name the servers' certificates carry, when it is not the URL's host"
     )
-    redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis by URL (used unless TRAINWATCH_REDIS_SENTINELS is set)"
+    )
+    redis_sentinels: str = Field(
+        "",
+        description="Redis Sentinel addresses, host:port comma separated: find the master through them",
+    )
+    redis_sentinel_master: str = Field(
+        "trainwatch", description="The master's name in the sentinels' configuration (sentinel monitor)"
+    )
+    redis_db: int = Field(0, ge=0, description="The Redis database number, with Sentinel")
+    redis_username: str = Field("", description="Redis ACL user (with TRAINWATCH_REDIS_PASSWORD)")
+    redis_password: SecretStr = Field(SecretStr(""), description="The Redis password (a secret)")
+    redis_sentinel_username: str = Field("", description="The sentinels' ACL user, if they have one")
+    redis_sentinel_password: SecretStr = Field(
+        SecretStr(""), description="The sentinels' own password, if they require one (a secret)"
+    )
+    redis_tls_ca_file: str = Field(
+        "",
+        description="CA bundle (PEM) of the Redis servers' certificates: TLS to the sentinels and the "
+        "master (with a URL, use rediss://)",
+    )
     log_level: str = "INFO"
     log_format: str = Field("json", pattern="^(json|text)$")
     http_host: str = "127.0.0.1"

@@ -18,11 +18,13 @@ from collections.abc import Awaitable, Callable
 import httpx
 import nats
 from nats.aio.client import Client as NATS
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.observability.health import HealthServer, health_routes
+from trainwatch_common.redis_connection import describe as describe_redis
+from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.streams import (
     NOTIFIER_CONSUMER,
     NOTIFIER_DELIVERIES_BUCKET,
@@ -92,10 +94,8 @@ class Notifier:
         # A blocking pool: a burst fetches more events than there are connections, and each waits
         # for one; redis-py's default pool fails the 101st with MaxConnectionsError instead, which
         # the consumer took for a Redis outage.
-        pool = BlockingConnectionPool.from_url(
-            settings.redis_url, max_connections=settings.redis_max_connections
-        )
-        self._redis = Redis.from_pool(pool)  # owns the pool: aclose() closes its connections
+        self._redis = redis_client(settings, max_connections=settings.redis_max_connections, blocking=True)
+        log.info("redis", extra={"redis": describe_redis(settings)})
         client = self._http_client or httpx.AsyncClient(follow_redirects=False)
         try:
             await self._serve(stop, self._nc, self._redis, client)

@@ -16,7 +16,6 @@ import socket
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -27,6 +26,7 @@ from trainwatch_common.observability.database import (
     install_database_unavailable_handler,
 )
 from trainwatch_common.observability.health import health_routes
+from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
 from trainwatch_registry.api.deps import ConnectivityCheck, Services
@@ -150,7 +150,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
 
             connectivity: ConnectivityCheck = check
             if settings.registry_watcher_reads_need_lease:
-                lease_proofs = LeaseProofs(Redis.from_url(settings.redis_url), prefix=settings.redis_prefix)
+                lease_proofs = LeaseProofs(redis_client(settings), prefix=settings.redis_prefix)
             app.state.services = Services(
                 settings=settings,
                 registry=registry,

@@ -17,12 +17,13 @@ from collections.abc import Callable
 
 import nats
 from nats.aio.client import Client as NatsClient
-from redis.asyncio import BlockingConnectionPool, Redis
 from starlette.applications import Starlette
 
 from trainwatch_common.events.clusters import ClusterSpec
 from trainwatch_common.observability.health import HealthServer, health_routes
 from trainwatch_common.observability.logging import configure_logging
+from trainwatch_common.redis_connection import describe as describe_redis
+from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_watcher.claims import ClaimLoop, ClaimMetrics
@@ -105,8 +106,8 @@ class WatcherApp:
         )
         # A blocking pool: thousands of informers share a bounded number of connections and
         # wait for one instead of failing with "Too many connections".
-        redis_pool = BlockingConnectionPool.from_url(s.redis_url, max_connections=s.redis_max_connections)
-        redis = Redis(connection_pool=redis_pool)
+        redis = redis_client(s, max_connections=s.redis_max_connections, blocking=True)
+        log.info("redis", extra={"redis": describe_redis(s), "lease_replicas": s.lease_replicas_required()})
         try:
             await ensure_streams(nc.jetstream())
             store = StateStore(redis)
@@ -133,11 +134,12 @@ class WatcherApp:
                 supervisor, on_change=self.metrics.clusters_watched.set, applied=self.ready
             )
             # Its own small pool: lease renewals must never queue behind the informers' checkpoints.
-            claims_redis = Redis.from_url(s.redis_url, max_connections=4)
+            claims_redis = redis_client(s, max_connections=4)
             claims = ClaimLoop(
                 claims_redis, replica_id=self.instance_id,
                 start_cluster=ownership.start_owned, stop_cluster=ownership.stop_owned,
                 ttl_ms=s.lease_ttl_ms, tick=s.claim_tick, prefix=s.redis_prefix,
+                lease_replicas=s.lease_replicas_required(),
                 metrics=ClaimMetrics(self.metrics.registry),
             )  # fmt: skip
             ownership.bind(claims)
@@ -178,8 +180,7 @@ class WatcherApp:
                 await nc.drain()
             except Exception:  # already closed or never connected
                 await nc.close()
-            await redis.aclose()
-            await redis_pool.disconnect()  # a pool we passed in is ours to close
+            await redis.aclose()  # and its pool
 
 
 def run(settings: WatcherSettings | None = None) -> None:

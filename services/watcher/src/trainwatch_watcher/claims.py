@@ -24,6 +24,12 @@ question synchronously, for a publisher to check before each publish: after a pr
 Leases given up this way are released (compare-and-set) once Redis answers again, so reclaiming
 after an outage waits for no TTL; the reclaim takes a new epoch.
 
+**Replicated Redis.** With ``lease_replicas`` (default 1 under Sentinel) an acquisition or a
+renewal counts only once that many replicas confirmed it (``LeaseManager``: ``WAIT``); one that
+they did not confirm is treated as Redis trouble (retried next tick, the deadline unchanged). So
+the sentence above holds across a failover that loses the master's last writes: the promoted
+replica has every lease and epoch counter a replica acted on (README, "Redis Sentinel").
+
 **The callbacks.** ``start_cluster(cluster_id, epoch)`` must return quickly (start a task).
 ``stop_cluster(cluster_id, reason)`` must return only once nothing of that cluster can publish
 any more. For a reason in ``GRACEFUL_REASONS`` (handoff, removed, shutdown) the lease was
@@ -56,7 +62,8 @@ from pydantic import Field
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from trainwatch_common.leases import Lease, LeaseManager, new_holder
+from trainwatch_common.leases import Lease, LeaseManager, LeaseNotReplicated, new_holder
+from trainwatch_common.redis_connection import uses_sentinel
 from trainwatch_common.settings import ServiceSettings
 from trainwatch_watcher import sharding
 from trainwatch_watcher.membership import Membership
@@ -83,6 +90,17 @@ class ClaimSettings(ServiceSettings):
     redis_prefix: str = Field(
         "trainwatch", description="Prefix of lease, epoch and membership keys (the notifier reads the epochs)"
     )
+    lease_replicas: int | None = Field(
+        None,
+        ge=0,
+        description="Redis replicas that must confirm (WAIT) a lease acquisition or renewal before it "
+        "counts; default 1 with TRAINWATCH_REDIS_SENTINELS, 0 with a URL (README: Redis Sentinel)",
+    )
+
+    def lease_replicas_required(self) -> int:
+        if self.lease_replicas is not None:
+            return self.lease_replicas
+        return 1 if uses_sentinel(self) else 0
 
 
 class ClaimMetrics:
@@ -102,6 +120,13 @@ class ClaimMetrics:
             "trainwatch_watcher_lease_renew_failures",
             "Lease renewals that failed: error (Redis unreachable or slow), lost (someone else holds it)",
             ["reason"],
+            registry=r,
+        )
+        self.lease_unconfirmed = Counter(
+            "trainwatch_watcher_lease_unconfirmed",
+            "Lease acquisitions and renewal batches that too few Redis replicas confirmed (WAIT): "
+            "not counted, as if Redis were unreachable",
+            ["operation"],
             registry=r,
         )
         self.lease_acquisitions = Counter(
@@ -140,6 +165,7 @@ class ClaimLoop:
         ttl_ms: int = 10_000,
         tick: float | None = None,
         prefix: str = "trainwatch",
+        lease_replicas: int = 0,
         clock: Callable[[], float] = time.monotonic,
         metrics: ClaimMetrics | None = None,
     ) -> None:
@@ -149,7 +175,8 @@ class ClaimLoop:
         self._stop_cluster = stop_cluster
         self._clock = clock
         self.metrics = metrics or ClaimMetrics()
-        self.leases = LeaseManager(redis, prefix=prefix, ttl_ms=ttl_ms)
+        # WAIT for the replicas within TTL/10: well inside a Redis call's budget (TTL/4, _call).
+        self.leases = LeaseManager(redis, prefix=prefix, ttl_ms=ttl_ms, replicas=lease_replicas)
         self.membership = Membership(redis, replica_id=replica_id, prefix=prefix, ttl_ms=ttl_ms)
         ttl = ttl_ms / 1000
         self.ttl = ttl
@@ -299,6 +326,10 @@ class ClaimLoop:
             sent = self._clock()
             try:
                 renewed = await self._call(partial(self.leases.renew_many, [held.lease for held in batch]))
+            except LeaseNotReplicated:
+                self.metrics.lease_unconfirmed.labels("renew").inc()
+                self.metrics.lease_renew_failures.labels("error").inc()
+                raise
             except _REDIS_TROUBLE:
                 self.metrics.lease_renew_failures.labels("error").inc()
                 raise
@@ -334,7 +365,11 @@ class ClaimLoop:
                 renew_check_at = self._clock() + self.tick_interval
             sent = self._clock()
             holder = new_holder(self.replica_id)  # a nonce per acquisition: see connection_proof
-            lease = await self._call(partial(self.leases.acquire, cluster_id, holder))
+            try:
+                lease = await self._call(partial(self.leases.acquire, cluster_id, holder))
+            except LeaseNotReplicated:
+                self.metrics.lease_unconfirmed.labels("acquire").inc()
+                raise  # like Redis trouble: try again next tick
             if lease is None:
                 continue  # someone was quicker
             self._held[cluster_id] = _Held(lease, proven_at=sent)

@@ -27,6 +27,7 @@ from trainwatch_common.testing.servers import (
     NatsCluster,
     NatsServer,
     PostgresServer,
+    RedisSentinelGroup,
     RedisServer,
     ServerMissing,
     ServerProcess,
@@ -154,6 +155,27 @@ def redis_url(request: pytest.FixtureRequest) -> Iterator[str]:
         return
     with _process_or_container(request, "redis_process", "redis") as url:
         yield url
+
+
+@pytest.fixture
+async def redis_sentinel_group(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[RedisSentinelGroup]:
+    """A Redis master, a replica and three sentinels (quorum 2) on loopback, the replica in sync
+    and every sentinel knowing the replica and the other two. ``indirect`` parametrization gives
+    the number of replicas (``@pytest.mark.parametrize("redis_sentinel_group", [2], indirect=True)``)
+    or ``RedisSentinelGroup``'s keyword arguments as a dict (replicas, password, sentinel_password).
+    The test may kill, stop (SIGSTOP) and start any process."""
+    param = getattr(request, "param", 1)
+    options = param if isinstance(param, dict) else {"replicas": param}
+    group = RedisSentinelGroup(tmp_path / "redis-sentinel", **options)
+    try:
+        # In the loop's executor: the processes die with the thread that started them (see servers.py).
+        await asyncio.get_running_loop().run_in_executor(None, group.start)
+        _versions.setdefault("redis", server_version(group.first_master))
+        yield group
+    finally:
+        group.close()
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------

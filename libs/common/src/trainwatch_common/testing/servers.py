@@ -21,6 +21,7 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 class ServerMissing(RuntimeError):
@@ -282,24 +283,275 @@ class NatsCluster:
 
 
 class RedisServer(ServerProcess):
+    """``password``: clients must AUTH with it (``requirepass``), and as a replica it authenticates
+    to its master with it (``masterauth``), as in a replicated Redis with one password.
+    ``tls`` (``testing.pki.throwaway_pki``'s paths): TLS only on the port, replication too."""
+
     name = "redis"
     ready_text = "Ready to accept connections"
 
+    def __init__(
+        self,
+        *,
+        workdir: Path | None = None,
+        port: int | None = None,
+        password: str = "",
+        tls: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(workdir=workdir, port=port)
+        self.password = password
+        self.tls = tls
+
     def command(self) -> list[str]:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise ServerMissing(
-                "redis-server not found: `apt-get install -y redis-server` (make test does it)"
-            )
+        binary = redis_server_binary()
         # appendonly: a restarted Redis keeps its data, as a production Redis with AOF does.
-        return [
+        command = [
             binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "yes",
             "--dir", str(self.workdir), "--daemonize", "no",
         ]  # fmt: skip
+        if self.password:
+            command += ["--requirepass", self.password, "--masterauth", self.password]
+        if self.tls:
+            command[command.index("--port") + 1] = "0"
+            command += ["--tls-port", str(self.port), *_redis_tls_arguments(self.tls)]
+        return command
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"{'rediss' if self.tls else 'redis'}://127.0.0.1:{self.port}/0"
+
+
+def _redis_tls_arguments(tls: dict[str, str]) -> list[str]:
+    return [
+        "--tls-cert-file", tls["server_cert"], "--tls-key-file", tls["server_key"],
+        "--tls-ca-cert-file", tls["ca"], "--tls-auth-clients", "no", "--tls-replication", "yes",
+    ]  # fmt: skip
+
+
+def redis_server_binary() -> str:
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise ServerMissing("redis-server not found: `apt-get install -y redis-server` (make test does it)")
+    return binary
+
+
+class RedisReplica(RedisServer):
+    """A redis-server replicating ``master_port`` from its start (``--replicaof``)."""
+
+    def __init__(
+        self, *, workdir: Path, master_port: int, password: str = "", tls: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(workdir=workdir, password=password, tls=tls)
+        self.master_port = master_port
+
+    def command(self) -> list[str]:
+        return [*super().command(), "--replicaof", "127.0.0.1", str(self.master_port)]
+
+
+class RedisSentinel(ServerProcess):
+    """``redis-server <conf> --sentinel`` watching one master. Sentinel rewrites its configuration
+    file as it learns (replicas, other sentinels, a new master), so it is written only once."""
+
+    name = "redis-sentinel"
+    ready_text = "+monitor master"
+
+    def __init__(
+        self,
+        *,
+        workdir: Path,
+        master_name: str,
+        master_port: int,
+        down_after_ms: int,
+        failover_timeout_ms: int,
+        master_password: str = "",
+        password: str = "",
+        tls: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(workdir=workdir)
+        self.master_password = master_password
+        self.password = password
+        self.tls = tls
+        self.master_name = master_name
+        self.master_port = master_port
+        self.down_after_ms = down_after_ms
+        self.failover_timeout_ms = failover_timeout_ms
+
+    @property
+    def config_path(self) -> Path:
+        return self.workdir / "sentinel.conf"
+
+    def prepare(self) -> None:
+        self.config_path.write_text(
+            f"""port {self.port}
+bind 127.0.0.1
+dir {self.workdir}
+sentinel monitor {self.master_name} 127.0.0.1 {self.master_port} 2
+sentinel down-after-milliseconds {self.master_name} {self.down_after_ms}
+sentinel failover-timeout {self.master_name} {self.failover_timeout_ms}
+sentinel parallel-syncs {self.master_name} 1
+"""
+        )
+        with open(self.config_path, "a") as config:
+            if self.master_password:
+                config.write(f"sentinel auth-pass {self.master_name} {self.master_password}\n")
+            if self.password:  # clients and the other sentinels must AUTH with it
+                config.write(f"requirepass {self.password}\nsentinel sentinel-pass {self.password}\n")
+            if self.tls:  # TLS only, to clients, to the Redis nodes and to the other sentinels
+                arguments = _redis_tls_arguments(self.tls)
+                lines = [
+                    f"{name[2:]} {value}" for name, value in zip(arguments[::2], arguments[1::2], strict=True)
+                ]
+                config.write(f"port 0\ntls-port {self.port}\n" + "\n".join(lines) + "\n")
+
+    def command(self) -> list[str]:
+        return [redis_server_binary(), str(self.config_path), "--sentinel"]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class RedisSentinelGroup:
+    """A Redis master, ``replicas`` replicas of it and three sentinels (quorum 2) on loopback.
+
+    Every process can be killed and started again; after a failover ``master()`` asks the
+    sentinels which node is the master now. ``sentinels`` is the TRAINWATCH_REDIS_SENTINELS value.
+    Failure detection is fast for tests: the master is down after ``down_after_ms`` of silence.
+    ``password`` protects the Redis nodes, ``sentinel_password`` the sentinels; ``tls``
+    (``testing.pki.throwaway_pki``'s paths) makes every process speak TLS only.
+    """
+
+    master_name = "trainwatch"
+
+    def __init__(
+        self,
+        workdir: Path,
+        *,
+        replicas: int = 1,
+        down_after_ms: int = 1000,
+        failover_timeout_ms: int = 5000,
+        password: str = "",
+        sentinel_password: str = "",
+        tls: dict[str, str] | None = None,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.password = password
+        self.sentinel_password = sentinel_password
+        self.tls = tls
+        self.first_master = RedisServer(workdir=_subdir(workdir, "redis-0"), password=password, tls=tls)
+        self.replicas = [
+            RedisReplica(
+                workdir=_subdir(workdir, f"redis-{n + 1}"),
+                master_port=self.first_master.port,
+                password=password,
+                tls=tls,
+            )
+            for n in range(replicas)
+        ]
+        self.nodes: list[RedisServer] = [self.first_master, *self.replicas]
+        self.sentinel_processes = [
+            RedisSentinel(
+                workdir=_subdir(workdir, f"sentinel-{n}"),
+                master_name=self.master_name,
+                master_port=self.first_master.port,
+                down_after_ms=down_after_ms,
+                failover_timeout_ms=failover_timeout_ms,
+                master_password=password,
+                password=sentinel_password,
+                tls=tls,
+            )
+            for n in range(3)
+        ]
+
+    @property
+    def sentinels(self) -> str:
+        return ",".join(s.address for s in self.sentinel_processes)
+
+    def start(self, timeout: float = 30.0) -> None:
+        """Start every process and wait until the replicas are in sync and every sentinel knows
+        every replica and the two other sentinels (before that, a failover cannot happen)."""
+        for node in self.nodes:
+            node.start()
+        for sentinel in self.sentinel_processes:
+            sentinel.start()
+        deadline = time.monotonic() + timeout
+        while not self._settled():
+            if time.monotonic() > deadline:
+                logs = "\n".join(f"--- {s.workdir.name}\n{s.log_tail(10)}" for s in self.sentinel_processes)
+                raise RuntimeError(f"the sentinels did not learn the replicas and each other:\n{logs}")
+            time.sleep(0.1)
+
+    def _settled(self) -> bool:
+        import redis
+
+        try:
+            with redis.Redis(
+                port=self.first_master.port,
+                password=self.password or None,
+                socket_timeout=1,
+                **self._tls_options(),
+            ) as master:
+                info = master.info("replication")
+            online = [v for k, v in info.items() if k.startswith("slave") and v.get("state") == "online"]
+            if len(online) != len(self.replicas):
+                return False
+            for sentinel in self.sentinel_processes:
+                with self._sentinel_client(sentinel) as client:
+                    if len(client.sentinel_slaves(self.master_name)) != len(self.replicas):
+                        return False
+                    if len(client.sentinel_sentinels(self.master_name)) != len(self.sentinel_processes) - 1:
+                        return False
+        except (redis.RedisError, OSError):
+            return False
+        return True
+
+    def master_port(self) -> int | None:
+        """The master's port as the first answering sentinel reports it."""
+        import redis
+
+        for sentinel in self.sentinel_processes:
+            if not sentinel.running:
+                continue
+            try:
+                with self._sentinel_client(sentinel) as client:
+                    address = client.sentinel_get_master_addr_by_name(self.master_name)
+            except (redis.RedisError, OSError):
+                continue
+            if address:
+                return int(address[1])
+        return None
+
+    def _sentinel_client(self, sentinel: RedisSentinel) -> Any:
+        import redis
+
+        return redis.Redis(
+            port=sentinel.port,
+            password=self.sentinel_password or None,
+            socket_timeout=1,
+            **self._tls_options(),
+        )
+
+    def _tls_options(self) -> dict[str, Any]:
+        # The certificates name 127.0.0.1 (redis-py's default host, "localhost", would not match).
+        return {"host": "127.0.0.1", "ssl": True, "ssl_ca_certs": self.tls["ca"]} if self.tls else {}
+
+    def master(self) -> RedisServer:
+        port = self.master_port()
+        return next(node for node in self.nodes if node.port == port)
+
+    def close(self) -> None:
+        for process in [*self.sentinel_processes, *self.nodes]:
+            process.close()
+
+
+def _subdir(parent: Path, name: str) -> Path:
+    path = parent / name
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def postgres_bindir() -> Path:
