@@ -288,6 +288,7 @@ async def test_storage_initializing_is_the_expected_wait_not_a_failure(
     )
     await registry.add(alpha)
     caplog.set_level(logging.INFO, logger="trainwatch_watcher")
+    started = time.monotonic()
     await watcher.start()
     try:
 
@@ -301,6 +302,11 @@ async def test_storage_initializing_is_the_expected_wait_not_a_failure(
 
         await eventually(starting, message="pytorchjob reported as starting while its storage initializes")
         await watcher.wait_synced("alpha", informers=2)
+        logging.getLogger(__name__).warning(
+            "429 storage initializing for %.1f s: both kinds synced %.3f s after the start",
+            1.0,
+            time.monotonic() - started,
+        )
         await alpha.restart()  # every kind initializes again
         driver = kubesim.ScenarioDriver(alpha, seed=24, rate=500)
         await driver.run_lifecycle("PyTorchJob")
