@@ -1,6 +1,6 @@
-"""Reading a watch stream: lines split exactly however the reads cut them, and (over TLS, against
+"""Reading a watch stream: lines split exactly however the reads cut them, (over TLS, against
 kubesim) the read buffer of a stream that is behind grows for the burst and is given back when
-the stream ends."""
+the stream ends, and a bookmark or an ERROR saying the server is behind us means a relist."""
 
 from __future__ import annotations
 
@@ -10,9 +10,13 @@ import orjson
 import pytest
 
 import kubesim
+from kubesim import errors as kubesim_errors
 from trainwatch_common.kinds import PYTORCH_JOB
+from trainwatch_watcher import errors
 from trainwatch_watcher.kube import client as kube_client
+from trainwatch_watcher.kube import watching
 from trainwatch_watcher.kube.client import KubeClient, load_kubeconfig
+from trainwatch_watcher.kube.watching import Watcher, WatchTarget
 from trainwatch_watcher.settings import WatchTimings
 
 JOBS = 300
@@ -68,3 +72,43 @@ async def test_a_stream_that_is_behind_reads_big_and_gives_the_buffer_back(sim: 
     assert names == [f"job-{i:03d}" for i in range(JOBS)]
     assert busy_seen == 1
     assert kube_client._ReadBufferSizer.busy_streams == 0
+
+
+# -- a server behind our resourceVersion, as a bookmark or an ERROR event says it -------------------
+# (v1.36 answers a watch from the future with silence, which the check before each resumed watch
+# and the silence watchdog catch: test_watcher_apiserver.py. These two answers come from other
+# servers; each must lead to the same relist.)
+
+
+async def test_a_bookmark_below_our_resource_version_means_the_server_went_back(
+    sim: kubesim.Simulator,
+) -> None:
+    cluster = await sim.add_cluster("behind", kinds=[kubesim.PYTORCHJOB])
+    client = KubeClient(
+        load_kubeconfig(cluster.kubeconfig_yaml()), timings=WatchTimings(allow_loopback_servers=True)
+    )
+    try:
+        watcher = Watcher(
+            client=client, target=WatchTarget(PYTORCH_JOB), timings=WatchTimings(), resume_from="495"
+        )
+        watcher._check_bookmark("495")  # level with ours, or past it: progress
+        watcher._check_bookmark("500")
+        with pytest.raises(errors.ResourceVersionAhead, match="495 is ahead of the server's 243"):
+            watcher._check_bookmark("243")
+    finally:
+        await client.close()
+
+
+def test_a_watch_error_too_large_resource_version_means_the_server_went_back() -> None:
+    # The Status an apiserver's watch cache answers a resourceVersion it has not reached, as
+    # kubesim's LIST gives it (libs/kubesim listing.py).
+    too_large = kubesim_errors.ApiError(
+        504,
+        "Too large resource version: 495, current: 243",
+        reason="Timeout",
+        details={"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]},
+    )
+    assert isinstance(watching._error_event(too_large.status()), errors.ResourceVersionAhead)
+    # A timeout for another cause is the server's trouble, not ours: retried, no relist.
+    timeout = kubesim_errors.ApiError(504, "request timed out", reason="Timeout")
+    assert type(watching._error_event(timeout.status())) is errors.Unreachable

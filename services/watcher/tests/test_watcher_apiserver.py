@@ -88,15 +88,36 @@ async def test_etcd_restored_under_a_running_watcher_is_detected_and_recovered(
             message="the server going back in time is detected",
         )
         detected = time.monotonic() - started
-        logging.getLogger(__name__).warning(
-            "etcd restore (restart=%s) detected after %.3f s", restart, detected
+        # The longest a watch may stay silent before it is given up: its timeoutSeconds (at most
+        # 2w) plus the read timeout. Detection and the relist's diff must both fit in it.
+        longest_read = 2 * settings.watch_timeout_seconds + read_timeout
+        assert detected < longest_read
+        vanished = {t.uid for t in driver.truth if t.name.startswith("vanished")}
+        await eventually(
+            lambda: all(job_events.by_uid().get(uid, [("",)])[-1][0] == "deleted" for uid in vanished),
+            timeout=longest_read - (time.monotonic() - started),
+            message="the relist's diff published within the read timeout",
         )
-        assert detected < 2 * settings.watch_timeout_seconds + read_timeout
+        recovered = time.monotonic() - started
+        logging.getLogger(__name__).warning(
+            "etcd restore (restart=%s) detected after %.3f s, relist diff published after %.3f s",
+            restart,
+            detected,
+            recovered,
+        )
 
         # New jobs on the restored server: every transition, none collapsed or lost.
         new_driver = kubesim.ScenarioDriver(alpha, seed=22, rate=200)
-        for n in range(3):
-            await new_driver.run_lifecycle("PyTorchJob", name=f"new-{n}", delete=n == 0)
+        await new_driver.run_lifecycle("PyTorchJob", name="new-0", delete=True)
+        (first_new,) = {t.uid for t in new_driver.truth}
+        await eventually(lambda: first_new in job_events.by_uid(), message="new events flow")
+        logging.getLogger(__name__).warning(
+            "etcd restore (restart=%s): a new job's events flowing %.3f s after the restore",
+            restart,
+            time.monotonic() - started,
+        )
+        for n in range(1, 3):
+            await new_driver.run_lifecycle("PyTorchJob", name=f"new-{n}", delete=False)
         expected: Expected = {}
         for uid, entries in before.items():
             expected[uid] = list(entries)
@@ -115,6 +136,70 @@ async def test_etcd_restored_under_a_running_watcher_is_detected_and_recovered(
             return kind.state == "watching"
 
         await eventually(reported, message="the recovery is reported in health")
+    finally:
+        await watcher.stop()
+
+
+async def test_etcd_restored_while_the_watcher_was_stopped_is_noticed_from_its_checkpoint(
+    nats_url: str,
+    redis_url: str,
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    job_events: JobEvents,
+) -> None:
+    """The watcher restarts from a checkpoint whose resourceVersion the restored server never
+    reached: a watch from it gets 200 and silence, so the resume itself must notice and relist."""
+    read_timeout = 1.0
+    settings = make_settings(
+        nats_url,
+        redis_url,
+        watch_timeout_seconds=2,
+        read_timeout=read_timeout,
+        silence_probe_interval=30.0,  # the check at resume alone, not the watchdog, must notice
+        use_watch_list=False,
+    )
+    watcher = RunningWatcher(settings, registry)
+    alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB], seed=28)
+    await registry.add(alpha)
+    await watcher.start()
+    try:
+        await watcher.wait_synced("alpha", informers=1)
+        driver = kubesim.ScenarioDriver(alpha, seed=28, rate=None)
+        await driver.run_lifecycle("PyTorchJob", name="kept", delete=False)
+        backup = alpha.backup()
+        for n in range(3):
+            await driver.run_lifecycle("PyTorchJob", name=f"vanished-{n}", delete=False)
+        await wait_for_truth(job_events, truth_by_uid(driver.truth))
+        await watcher.stop()  # graceful: the checkpoint holds a resourceVersion past the backup's
+
+        await alpha.restore(backup, restart=True)
+        started = time.monotonic()
+        await watcher.start()
+        await eventually(
+            lambda: (
+                _sample(
+                    watcher,
+                    "trainwatch_watcher_relists_total",
+                    kind="pytorchjob",
+                    reason="resource_version_ahead",
+                )
+                > 0
+            ),
+            timeout=2 * settings.watch_timeout_seconds + read_timeout,
+            message="a checkpoint ahead of the server is noticed at resume",
+        )
+        logging.getLogger(__name__).warning(
+            "etcd restored while stopped: relist %.3f s after the start", time.monotonic() - started
+        )
+        expected: Expected = {}
+        for uid, entries in truth_by_uid(driver.truth).items():
+            expected[uid] = list(entries)
+            if next(t.name for t in driver.truth if t.uid == uid).startswith("vanished"):
+                expected[uid].append(("deleted", *entries[-1][1:]))
+        new_driver = kubesim.ScenarioDriver(alpha, seed=29, rate=200)
+        await new_driver.run_lifecycle("PyTorchJob", name="new", restarts=1)
+        expected.update(truth_by_uid(new_driver.truth))
+        await wait_for_truth(job_events, expected, timeout=10)
     finally:
         await watcher.stop()
 
@@ -203,6 +288,7 @@ async def test_storage_initializing_is_the_expected_wait_not_a_failure(
     )
     await registry.add(alpha)
     caplog.set_level(logging.INFO, logger="trainwatch_watcher")
+    started = time.monotonic()
     await watcher.start()
     try:
 
@@ -216,6 +302,11 @@ async def test_storage_initializing_is_the_expected_wait_not_a_failure(
 
         await eventually(starting, message="pytorchjob reported as starting while its storage initializes")
         await watcher.wait_synced("alpha", informers=2)
+        logging.getLogger(__name__).warning(
+            "429 storage initializing for %.1f s: both kinds synced %.3f s after the start",
+            1.0,
+            time.monotonic() - started,
+        )
         await alpha.restart()  # every kind initializes again
         driver = kubesim.ScenarioDriver(alpha, seed=24, rate=500)
         await driver.run_lifecycle("PyTorchJob")
