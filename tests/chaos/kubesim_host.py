@@ -18,7 +18,7 @@ The runner drives it over a small loopback HTTP API (JSON in, JSON out):
     POST /faults/stall     {cluster, seconds}  watches send nothing (silent partition)
     POST /rotate           {cluster}      new token (the old one gets 401); returns the kubeconfig
     GET  /truth?since=N                   ground-truth entries N.. (in write order)
-    GET  /diagnoses                       {uid: category} of every job a diagnosis scenario drove
+    GET  /diagnoses                       {uid: [category]}: what each diagnosed job's diagnosis may say
     GET  /stats                           entries, running lifecycles, open watches per cluster
 
 Every lifecycle and its truth entry are written by the scenario drivers in this process, so the
@@ -106,14 +106,19 @@ class Scenarios:
         with contextlib.suppress(kubesim.NotApplicable):
             await driver.run_diagnosis(spec, category, namespace=driver.random.choice(driver.namespaces))
 
-    def diagnoses(self) -> dict[str, str]:
-        """uid -> the category a job's diagnosis ends with (a variant's earlier truth comes first)."""
-        return {
-            truth.uid: truth.category
-            for drivers in self.drivers.values()
-            for driver in drivers
-            for truth in driver.diagnoses
-        }
+    def diagnoses(self) -> dict[str, list[str]]:
+        """uid -> the categories a job's final diagnosis may have (a variant's earlier truth
+        comes first, so the last one per job wins)."""
+        accepted: dict[str, list[str]] = {}
+        for drivers in self.drivers.values():
+            for driver in drivers:
+                for truth in driver.diagnoses:
+                    categories = accepted_categories(truth)
+                    if categories:
+                        accepted[truth.uid] = categories
+                    else:
+                        accepted.pop(truth.uid, None)
+        return accepted
 
     def burst(self, jobs: int, rate: float) -> int:
         """``jobs`` more jobs on every cluster, all started at once (a burst of submissions)."""
@@ -158,6 +163,18 @@ class Scenarios:
             if not task.cancelled() and task.exception() is not None:
                 print(f"kubesim-host: a scenario failed: {task.exception()!r}", file=sys.stderr, flush=True)
         return not pending
+
+
+def accepted_categories(truth: kubesim.DiagnosisTruth) -> list[str]:
+    """What the watcher's diagnosis may say for this truth, as the watcher's end-to-end tests
+    hold it (services/watcher/tests/test_watcher_diagnosis.py): BackoffLimitExceeded is reported
+    by its root cause (the last attempt's category, or CrashLoop for Kubeflow's in-place
+    restarts); a JobSet's DeadlineExceeded lives on its child Jobs (nothing compared)."""
+    if (truth.kind, truth.category) == ("JobSet", "DeadlineExceeded"):
+        return []
+    if truth.category == "BackoffLimitExceeded":
+        return [c for c in (truth.cause, "CrashLoop") if c]
+    return [truth.category]
 
 
 def _select(sim: kubesim.Simulator, body: dict[str, Any]) -> list[kubesim.Cluster]:

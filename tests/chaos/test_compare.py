@@ -142,7 +142,7 @@ def test_diagnosis_updates_are_no_state_but_their_ids_order_and_final_category_a
     update = Seen("diagnosis", "Running", None, False, ident="id-d", sequence=2, diagnosis="OOMKilled")
     history = [*life, update]
     finals = {"u1": (False, "Running", None, False)}
-    diagnoses = {"u1": "OOMKilled"}
+    diagnoses = {"u1": ["OOMKilled"]}
 
     def surfaces(stream: list[Seen], sql_diagnosis: str | None) -> Observations:
         return Observations(
@@ -153,15 +153,19 @@ def test_diagnosis_updates_are_no_state_but_their_ids_order_and_final_category_a
     assert not good.failed, good.failing_jobs({})
     assert good.results["stream"][0].diagnosis_updates == 1
 
-    wrong = compare(LIFE[:2], surfaces(history, "Unknown"), {"u1": "OOMKilled"})
+    wrong = compare(LIFE[:2], surfaces(history, "Unknown"), {"u1": ["OOMKilled"]})
     stream, sql = wrong.results["stream"][0], wrong.results["sql"][0]
     assert (stream.wrong_diagnosis, sql.wrong_diagnosis) == (False, True)
     assert wrong.wrong_final() == 1
 
-    on_stream = compare(LIFE[:2], surfaces(history, "ImagePullBackOff"), {"u1": "ImagePullBackOff"})
+    on_stream = compare(LIFE[:2], surfaces(history, "ImagePullBackOff"), {"u1": ["ImagePullBackOff"]})
     assert on_stream.results["stream"][0].wrong_diagnosis
     assert "diagnosis OOMKilled, truth ImagePullBackOff" in on_stream.results["stream"][0].notes
 
     reused = dataclasses.replace(update, ident=life[1].ident)
     twice = compare(LIFE[:2], surfaces([*life, reused], "OOMKilled"), diagnoses).results["stream"][0]
     assert twice.duplicated == 1
+
+    # BackoffLimitExceeded is reported by its root cause: either of the accepted categories
+    either = compare(LIFE[:2], surfaces(history, "CrashLoop"), {"u1": ["OOMKilled", "CrashLoop"]})
+    assert not either.failed
