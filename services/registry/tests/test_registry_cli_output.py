@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 from registry_kubeconfigs import as_yaml, kubeconfig
-from test_registry_cli import _run, api_url
+from test_registry_cli import _invoke, _run, api_url
 
 from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
 
@@ -21,11 +21,12 @@ __all__ = ["api_url"]  # the fixture, shared with the CLI's other tests
 async def test_output_formats(api_url: str, tmp_path: Path) -> None:
     path = tmp_path / "east.yaml"
     path.write_text(as_yaml(kubeconfig()))
-    code, output = await _run(
-        "clusters", "add", "--name", "GPU East", "--kubeconfig", str(path), "-o", "json", url=api_url
-    )
-    assert code == 0, output
-    assert json.loads(output)["id"] == "gpu-east"
+    result = await _invoke(
+        "clusters", "add", "--name", "GPU East", "--kubeconfig", str(path), "-o", "json",
+        "--allow-unreachable", url=api_url,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["id"] == "gpu-east"  # the warning went to stderr
     code, output = await _run("clusters", "get", "gpu-east", "-o", "yaml", url=api_url)
     assert code == 0, output
     got = yaml.safe_load(output)
@@ -72,8 +73,9 @@ async def test_errors_print_brackets_literally_and_cjk_names_need_an_id(api_url:
     assert "cannot make a cluster id from the name '训练集群'" in output
     assert "--id" in output
     code, output = await _run(
-        "clusters", "add", "--name", "训练集群", "--id", "train-cn", "--kubeconfig", str(path), url=api_url
-    )
+        "clusters", "add", "--name", "训练集群", "--id", "train-cn", "--kubeconfig", str(path),
+        "--allow-unreachable", url=api_url,
+    )  # fmt: skip
     assert code == 0, output
     assert "训练集群" in output
 
@@ -83,8 +85,9 @@ async def test_piped_output_is_not_cut_at_80_columns(api_url: str, tmp_path: Pat
     long_server = "https://" + "a" * 60 + ".example.com:6443"
     path.write_text(as_yaml(kubeconfig(server=long_server)))
     code, output = await _run(
-        "clusters", "add", "--name", "n" * 60, "--id", "long", "--kubeconfig", str(path), url=api_url
-    )
+        "clusters", "add", "--name", "n" * 60, "--id", "long", "--kubeconfig", str(path),
+        "--allow-unreachable", url=api_url,
+    )  # fmt: skip
     assert code == 0, output
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     env.update(TRAINWATCH_API_URL=api_url, TRAINWATCH_API_TOKEN="admin-token")

@@ -1,6 +1,7 @@
 """``trainwatch``: the operator's CLI over the registry API (httpx; never touches the database).
 
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
+        [--allow-unreachable] [--force]
     trainwatch clusters list | get ID | update ID ... | rotate ID --kubeconfig FILE | remove ID | test ID
     trainwatch clusters import
     trainwatch clusters join --context CTX [--kubeconfig FILE]
@@ -19,6 +20,7 @@ import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import httpx
 import typer
@@ -102,10 +104,14 @@ def _client(api_url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=30)
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 1) -> typer.Exit:
     # The message is text, not markup: an id pattern like '^([a-z0-9]...)?$' must print as it is.
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(1)
+    return typer.Exit(code)
+
+
+def _warn(message: str) -> None:
+    err.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 def _read_kubeconfig(path: Path) -> str:
@@ -239,17 +245,18 @@ def _health(health: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _show_report(report: dict[str, Any]) -> None:
+def _show_report(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or out
     access = report.get("kinds") or {}
     server = report["server"]
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
-        out.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
+        console.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
     else:
-        out.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
+        console.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
     for key in sorted(access):
-        out.print(f"  {key}: {access[key]}", markup=False)
+        console.print(f"  {key}: {access[key]}", markup=False)
 
 
 def _watch_body(
@@ -258,6 +265,78 @@ def _watch_body(
     if kinds is None and namespaces is None and exclude is None:
         return None
     return {"kinds": kinds or [], "include_namespaces": namespaces or [], "exclude_namespaces": exclude or []}
+
+
+def _all_clusters(api_url: str, token: str, label: list[str] | None = None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 1000, "label": label or []}
+        if cursor:
+            params["cursor"] = cursor
+        page = _call(api_url, token, "GET", "/v1/clusters", params=params)
+        rows += page["data"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return rows
+
+
+def _server_key(server: str) -> tuple[str, str, int, str]:
+    """An API server URL compared as the apiserver it names: host case and an explicit :443 or a
+    trailing slash do not make a second cluster."""
+    parts = urlsplit(server.strip())
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+
+def _check_duplicate_server(api_url: str, token: str, server: str, cluster_id: str, *, force: bool) -> None:
+    """Refuse (unless ``force``) to register an API server another cluster is registered at: both
+    registrations would be watched, and every job of that cluster published twice under two ids."""
+    key = _server_key(server)
+    others = [
+        c for c in _all_clusters(api_url, token) if c["id"] != cluster_id and _server_key(c["server"]) == key
+    ]
+    if not others:
+        return
+    ids = ", ".join(c["id"] for c in others)
+    message = (
+        f"{server} is already registered as {ids}: a second registration watches the same cluster "
+        "again and publishes each of its jobs twice, under two cluster ids"
+    )
+    if not force:
+        raise _fail(f"{message}; nothing registered (pass --force to register it anyway)")
+    _warn(f"{message} (registering anyway: --force)")
+
+
+def _check_reachable(report: dict[str, Any], cluster_id: str, *, allow_unreachable: bool) -> None:
+    """Refuse (unless ``allow_unreachable``) to register a cluster the registry's connection check
+    fails on; with it, register and say that the cluster cannot be watched yet."""
+    if report["ok"]:
+        return
+    problem = f"the connection check of {cluster_id} failed: {report['server']}: {report.get('error')}"
+    if not allow_unreachable:
+        _show_report(report, console=err)
+        raise _fail(
+            f"{problem}; nothing registered (fix the kubeconfig or the network, or pass "
+            "--allow-unreachable to register it anyway, e.g. when only the watchers' network reaches it)",
+            code=2,  # as a failed dry run
+        )
+    _warn(
+        f"{problem}; registering it anyway (--allow-unreachable): it shows as down until a watcher reaches it"
+    )
+
+
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Register even when another cluster has the same API server"),
+]
+AllowUnreachable = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unreachable",
+        help="Register even when the registry's connection check cannot reach the cluster",
+    ),
+]
 
 
 Kinds = Annotated[
@@ -283,11 +362,13 @@ def add(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate and test connectivity only (exit 2 when it fails)")
     ] = False,
+    force: Force = False,
+    allow_unreachable: AllowUnreachable = False,
     output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Register a cluster."""
+    """Register a cluster, after a connection check and a check that its API server is not registered yet."""
     body: dict[str, Any] = {
         "id": cluster_id or _id_from_name(name),
         "name": name,
@@ -299,16 +380,19 @@ def add(
     watch = _watch_body(kind, namespace, exclude_namespace)
     if watch is not None:
         body["watch"] = watch
-    result = _call(
-        api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": str(dry_run).lower()}
-    )
+    preview = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+    report = preview["connectivity"]
     if dry_run:
-        if not _emit(result, output):
+        if not _emit(preview, output):
             out.print("[bold]dry run[/]: nothing stored")
-            _show_report(result["connectivity"])
-        if not result["connectivity"]["ok"]:
+            _show_report(report)
+        _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
+        if not report["ok"]:
             raise typer.Exit(2)
         return
+    _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
+    _check_reachable(report, body["id"], allow_unreachable=allow_unreachable)
+    result = _call(api_url, token, "POST", "/v1/clusters", json=body)
     if not _emit(result, output):
         out.print(f"registered [bold]{escape(result['id'])}[/] at revision {result['revision']}")
         _show_cluster(result)
@@ -319,17 +403,7 @@ def list_(
     label: Labels = None, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
 ) -> None:
     """List clusters with their health."""
-    rows: list[dict[str, Any]] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"limit": 1000, "label": label or []}
-        if cursor:
-            params["cursor"] = cursor
-        page = _call(api_url, token, "GET", "/v1/clusters", params=params)
-        rows += page["data"]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            break
+    rows = _all_clusters(api_url, token, label)
     if _emit(rows, output):
         return
     table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
@@ -393,11 +467,29 @@ def rotate(
     cluster_id: str,
     kubeconfig: KubeconfigFile,
     context: Annotated[str | None, typer.Option("--context")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rotate even when the new kubeconfig names another API server")
+    ] = False,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Replace a cluster's kubeconfig (credential rotation)."""
+    """Replace a cluster's kubeconfig (credential rotation) for the same API server."""
     body = {"kubeconfig": _read_kubeconfig(kubeconfig), "context": context}
+    current = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    preview = _call(
+        api_url, token, "POST", "/v1/clusters", params={"dry_run": "true"},
+        json={"id": cluster_id, "name": current["name"], **body},
+    )  # fmt: skip
+    new_server = preview["cluster"]["server"]
+    if _server_key(new_server) != _server_key(current["server"]):
+        message = (
+            f"the new kubeconfig points at {new_server}, but {cluster_id} is registered at "
+            f"{current['server']}: rotating would make {cluster_id} another cluster (its jobs published "
+            f"as {cluster_id}'s)"
+        )
+        if not force:
+            raise _fail(f"{message}; nothing changed (pass --force if the cluster really moved)")
+        _warn(f"{message} (rotating anyway: --force)")
     result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
     fingerprint = result["connection_fingerprint"]
     out.print(f"rotated [bold]{cluster_id}[/]: revision {result['revision']}, fingerprint {fingerprint}")
@@ -527,6 +619,8 @@ def join(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the plan; create and register nothing")
     ] = False,
+    force: Force = False,
+    allow_unreachable: AllowUnreachable = False,
     output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
@@ -545,6 +639,7 @@ def join(
         )
     except joining.JoinError as exc:
         raise _fail(str(exc)) from None
+    _check_duplicate_server(api_url, token, op.server, cid, force=force)
     objects = joining.plan(options)
     credential = (
         "service-account-token Secret (no expiry)" if secret_token else f"TokenRequest ({token_lifetime})"
@@ -583,12 +678,14 @@ def join(
         "context": cid,
     }
     report = _registry_dry_run(api_url, token, body)
-    if not report["ok"]:
-        _show_report(report)
+    if not report["ok"] and not allow_unreachable:
+        _show_report(report, console=err)
         raise _fail(
-            f"the registry cannot use the new credentials: {report.get('error')}; "
-            f"nothing registered (`trainwatch clusters leave {cid} --context {context}` removes the objects)"
+            f"the registry cannot use the new credentials: {report.get('error')}; nothing registered "
+            f"(`trainwatch clusters leave {cid} --context {context}` removes the objects; "
+            "--allow-unreachable registers anyway, e.g. when only the watchers' network reaches the cluster)"
         )
+    _check_reachable(report, cid, allow_unreachable=allow_unreachable)
     registered = _call(api_url, token, "POST", "/v1/clusters", json=body)
     result["revision"] = registered["revision"]
     result["token_expires_at"] = minted.expires_at.isoformat() if minted.expires_at else None
