@@ -7,11 +7,13 @@ import asyncio
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import yaml
 from registry_kubeconfigs import as_yaml, kubeconfig
 from test_registry_cli import _invoke, _run, api_url
+from test_registry_expiry import jwt
 
 from trainwatch_common.events.clusters import CLUSTER_ID_PATTERN
 
@@ -100,3 +102,40 @@ async def test_piped_output_is_not_cut_at_80_columns(api_url: str, tmp_path: Pat
     line = next(line for line in stdout.decode().splitlines() if "long" in line)
     assert "n" * 60 in line
     assert long_server in line
+
+
+async def test_list_get_and_health_show_when_credentials_expire(api_url: str, tmp_path: Path) -> None:
+    soon, later = jwt(time.time() + 3 * 86400 + 600), jwt(time.time() + 60 * 86400 + 600)
+    for cluster_id, token in (("soon", soon), ("later", later), ("static", "opaque-token")):
+        path = tmp_path / f"{cluster_id}.yaml"
+        path.write_text(as_yaml(kubeconfig(server=f"https://{cluster_id}.example.com:6443", token=token)))
+        code, output = await _run(
+            "clusters", "add", "--name", cluster_id, "--kubeconfig", str(path), "--allow-unreachable",
+            url=api_url,
+        )  # fmt: skip
+        assert code == 0, output
+
+    code, output = await _run("clusters", "list", url=api_url)
+    assert code == 0, output
+    assert "CREDENTIALS" in output
+    rows = {
+        c: next(line for line in output.splitlines() if f"{c}.example.com" in line) for c in ("soon", "later")
+    }
+    assert "expires in 3d" in rows["soon"]
+    assert "expires in 60d" in rows["later"]
+
+    code, output = await _run("clusters", "health", "soon", url=api_url)
+    assert code == 0, output
+    assert "expires in 3d at" in output
+    assert "trainwatch clusters rotate-token soon" in output  # expiring: how to renew
+    assert soon not in output
+    code, output = await _run("clusters", "health", "later", "-o", "json", url=api_url)
+    assert code == 0, output
+    health = json.loads(output)
+    assert health["credentials_state"] == "ok"
+    assert health["health"] is None  # no watcher has reported yet
+    code, output = await _run("clusters", "get", "static", url=api_url)
+    assert "no expiry known" in output
+    code, output = await _run("clusters", "health", "missing", url=api_url)
+    assert code == 1
+    assert "404" in output

@@ -2,7 +2,8 @@
 
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
         [--allow-unreachable] [--force]
-    trainwatch clusters list | get ID | update ID ... | rotate ID --kubeconfig FILE | remove ID | test ID
+    trainwatch clusters list | get ID | health ID | update ID ... | rotate ID --kubeconfig FILE
+    trainwatch clusters remove ID | test ID
     trainwatch clusters import
     trainwatch clusters join --context CTX [--kubeconfig FILE]
     trainwatch clusters leave ID --context CTX | rotate-token ID --context CTX
@@ -17,6 +18,7 @@ import json
 import os
 import re
 import time
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -187,7 +189,6 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
         ("context", cluster["context"]),
         ("auth", cluster["auth_method"]),
         ("fingerprint", cluster["connection_fingerprint"]),
-        ("credentials expire", cluster.get("credentials_expire_at") or "-"),
         ("revision", str(cluster["revision"])),
         ("watch", _watch(cluster["watch"])),
         ("owner", health.get("owner") or "-"),
@@ -195,8 +196,35 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
     ]
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", escape(value))
-    table.add_row("[bold]health[/]", _health(health))  # markup of its own, data escaped
+    # markup of their own, data escaped
+    table.add_row("[bold]credentials[/]", _credentials(cluster, long=True))
+    table.add_row("[bold]health[/]", _health(health))
     out.print(table)
+
+
+def _in_words(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds >= 86400:
+        return f"{int(seconds // 86400)}d"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h"
+    return f"{max(int(seconds // 60), 1)}m"
+
+
+def _credentials(cluster: dict[str, Any], *, long: bool = False) -> str:
+    """When the registered token expires, coloured by the registry's verdict (``credentials_state``:
+    within the warning window is ``expiring``); ``-`` for credentials with no known expiry."""
+    expire_at, state = cluster.get("credentials_expire_at"), cluster.get("credentials_state")
+    if not expire_at:
+        return "no expiry known" if long else "-"
+    left = (datetime.fromisoformat(expire_at) - datetime.now(UTC)).total_seconds()
+    renew = f" (renew: trainwatch clusters rotate-token {cluster['id']} --context CTX)" if long else ""
+    at = f" at {expire_at}" if long else ""
+    if state == "expired" or left <= 0:
+        return f"[red]expired {_in_words(left)} ago[/]{escape(at + renew)}"
+    if state == "expiring":
+        return f"[yellow]expires in {_in_words(left)}[/]{escape(at + renew)}"
+    return f"expires in {_in_words(left)}{escape(at)}"
 
 
 def _watch(watch: dict[str, Any]) -> str:
@@ -406,13 +434,15 @@ def list_(
     rows = _all_clusters(api_url, token, label)
     if _emit(rows, output):
         return
-    table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
+    table = Table("ID", "NAME", "SERVER", "AUTH", "CREDENTIALS", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
         state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
-            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"], str(c["revision"]))),
+            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"])),
+            _credentials(c),
+            escape(str(c["revision"])),
             state,
             escape(health.get("owner") or "-"),
             escape(labels),
@@ -429,6 +459,29 @@ def get(
     cluster = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
     if not _emit(cluster, output):
         _show_cluster(cluster)
+
+
+@clusters.command("health")
+def health_(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
+    """A cluster's last health report (from its watcher) and when its credentials expire."""
+    cluster = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    data = {
+        "cluster_id": cluster["id"],
+        "health": cluster.get("health"),
+        "credentials_expire_at": cluster.get("credentials_expire_at"),
+        "credentials_state": cluster.get("credentials_state"),
+    }
+    if _emit(data, output):
+        return
+    table = Table(show_header=False, box=None)
+    health = cluster.get("health") or {}
+    table.add_row("[bold]state[/]", _health_state(health))
+    table.add_row("[bold]health[/]", _health(health))
+    table.add_row("[bold]owner[/]", escape(health.get("owner") or "-"))
+    table.add_row("[bold]credentials[/]", _credentials(cluster, long=True))
+    out.print(table)
 
 
 @clusters.command("update")
