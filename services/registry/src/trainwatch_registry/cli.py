@@ -1,4 +1,4 @@
-"""``trainwatch``: the operator's CLI over the registry API (httpx; never touches the database).
+"""``trainwatch``: the operator's CLI over the registry and query APIs (httpx; never touches a database).
 
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
         [--allow-unreachable] [--force]
@@ -8,7 +8,10 @@
     trainwatch clusters join --context CTX [--kubeconfig FILE]
     trainwatch clusters leave ID --context CTX | rotate-token ID --context CTX
 
-The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN.
+    trainwatch jobs list [--cluster C] [--kind K] [--phase P] [--since 2h] | get C JOB | timeline C JOB
+
+The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN;
+the jobs commands read the persister's query API at --query-url or TRAINWATCH_QUERY_URL.
 """
 
 from __future__ import annotations
@@ -18,11 +21,11 @@ import json
 import os
 import re
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import typer
@@ -31,11 +34,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trainwatch_common import Phase
 from trainwatch_registry import join as joining
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
+jobs = typer.Typer(no_args_is_help=True, help="Jobs, from the persister's query API.")
+app.add_typer(jobs, name="jobs")
 
 
 def _version(value: bool) -> None:
@@ -126,12 +132,14 @@ def _read_kubeconfig(path: Path) -> str:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _call(api_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
+def _call(
+    api_url: str, token: str, method: str, path: str, *, service: str = "the registry", **kwargs: Any
+) -> Any:
     try:
         with _client(api_url, token) as client:
             response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the registry at {api_url}: {exc}") from None
+        raise _fail(f"cannot reach {service} at {api_url}: {exc}") from None
     if response.status_code >= 400:
         raise _fail(_explain(response))
     return response.json() if response.content else None
@@ -821,6 +829,231 @@ def rotate_token(
             f"rotated the token of [bold]{cluster_id}[/]: revision {result['revision']}, expires {expires}",
             highlight=False,
         )
+
+
+# -- jobs: the persister's query API ---------------------------------------------------------
+
+QueryUrl = Annotated[
+    str,
+    typer.Option(
+        "--query-url", envvar="TRAINWATCH_QUERY_URL", help="The persister's query API (jobs) base URL"
+    ),
+]
+DEFAULT_QUERY_URL = "http://127.0.0.1:8082"
+QUERY_API = "the query API (the persister; --query-url or TRAINWATCH_QUERY_URL)"
+# The query API's largest page.
+JOBS_PAGE = 500
+_PHASES = {phase.value.lower(): phase.value for phase in Phase}
+_SINCE = re.compile(r"^(\d+)\s*([smhd])$")
+_SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _phase(value: str) -> str:
+    """A phase as the API spells it (Running); any case accepted, anything else refused here."""
+    try:
+        return _PHASES[value.lower()]
+    except KeyError:
+        raise typer.BadParameter(f"{value!r} is not a phase: {', '.join(_PHASES.values())}") from None
+
+
+def _since(value: str) -> str:
+    """``30m``, ``2h``, ``7d`` back from now, or a time (ISO 8601, UTC without a zone) -> ISO time."""
+    if match := _SINCE.match(value.strip()):
+        moment = datetime.now(UTC) - timedelta(seconds=int(match.group(1)) * _SINCE_UNITS[match.group(2)])
+        return moment.isoformat()
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is neither a duration (30m, 2h, 7d) nor a time (2026-11-30T08:00)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _ago(moment: str | None) -> str:
+    if not moment:
+        return "-"
+    seconds = (datetime.now(UTC) - datetime.fromisoformat(moment)).total_seconds()
+    return f"{_in_words(seconds)} ago" if seconds >= 0 else moment
+
+
+def _phase_text(job: dict[str, Any]) -> str:
+    sub = job.get("sub_phase")
+    return f"{job['phase']} ({sub})" if sub else str(job["phase"])
+
+
+@jobs.command("list")
+def jobs_list(
+    cluster: Annotated[
+        list[str] | None, typer.Option("--cluster", "-c", help="Cluster id; repeatable")
+    ] = None,
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Kind key, e.g. pytorchjob; repeatable")
+    ] = None,
+    phase: Annotated[
+        list[str] | None, typer.Option("--phase", help="Phase (any case); repeatable", parser=_phase)
+    ] = None,
+    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="Repeatable")] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Owner, exactly")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Part of the job name (any case)")] = None,
+    label: Labels = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Changed since: 30m, 2h, 7d, or a time (UTC without a zone)", parser=_since
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Most jobs shown (newest change first)")] = 100,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """List jobs, newest change first, from the persister's query API."""
+    params: dict[str, Any] = {
+        "cluster": cluster or [],
+        "kind": kind or [],
+        "phase": phase or [],
+        "namespace": namespace or [],
+        "label": label or [],
+    }
+    for key, value in (("owner", owner), ("name", name), ("updated_after", since)):
+        if value is not None:
+            params[key] = value
+    rows: list[dict[str, Any]] = []
+    total = 0
+    cursor: str | None = None
+    while len(rows) < limit:
+        page_params = {**params, "limit": min(JOBS_PAGE, limit - len(rows))}
+        if cursor:
+            page_params["cursor"] = cursor
+        page = _call(query_url, token, "GET", "/v1/jobs", service=QUERY_API, params=page_params)
+        rows += page["data"]
+        total = page["total"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if _emit(rows, output):
+        return
+    table = Table("CLUSTER", "NAMESPACE", "NAME", "KIND", "PHASE", "OWNER", "UPDATED", "UID")
+    for job in rows:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    job["cluster_id"], job["namespace"], job["name"], job["kind_key"], _phase_text(job),
+                    job.get("owner") or "-", _ago(job["updated_at"]), job["uid"],
+                ),
+            )
+        )  # fmt: skip
+    out.print(table)
+    out.print(f"{len(rows)} of {total} job(s)" if total > len(rows) else f"{len(rows)} job(s)")
+
+
+def _find_job(query_url: str, token: str, cluster_id: str, job: str, namespace: str | None) -> dict[str, Any]:
+    """The job named ``job`` (or with that uid) in ``cluster_id``, with its transitions."""
+    params: dict[str, Any] = {"cluster": [cluster_id], "name": job, "limit": JOBS_PAGE}
+    if namespace:
+        params["namespace"] = [namespace]
+    page = _call(query_url, token, "GET", "/v1/jobs", service=QUERY_API, params=params)
+    named = [j for j in page["data"] if j["name"] == job]  # the filter is a substring match
+    if len(named) > 1:
+        where = ", ".join(sorted(f"{j['namespace']} (uid {j['uid']})" for j in named))
+        raise _fail(
+            f"{len(named)} jobs are named {job!r} in {cluster_id}: in {where}; pass --namespace or the uid"
+        )
+    uid = named[0]["uid"] if named else job
+    try:
+        with _client(query_url, token) as client:
+            response = client.get(f"/v1/jobs/{quote(cluster_id, safe='')}/{quote(uid, safe='')}")
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {QUERY_API} at {query_url}: {exc}") from None
+    if response.status_code == 404:
+        in_namespace = f" in namespace {namespace}" if namespace else ""
+        raise _fail(f"no job named {job!r} (nor with that uid) in cluster {cluster_id!r}{in_namespace}")
+    if response.status_code >= 400:
+        raise _fail(_explain(response))
+    found: dict[str, Any] = response.json()
+    return found
+
+
+JobArg = Annotated[str, typer.Argument(help="The job's name (or uid)")]
+ClusterArg = Annotated[str, typer.Argument(help="The cluster id")]
+JobNamespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="When names repeat across namespaces")
+]
+
+
+@jobs.command("get")
+def jobs_get(
+    cluster_id: ClusterArg,
+    job: JobArg,
+    namespace: JobNamespace = None,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """Show one job's current state and diagnosis."""
+    found = _find_job(query_url, token, cluster_id, job, namespace)
+    if _emit({k: v for k, v in found.items() if k != "transitions"}, output):
+        return
+    diagnosis = found.get("diagnosis") or {}
+    why = f"{diagnosis['category']} ({diagnosis['blame']}): {diagnosis['summary']}" if diagnosis else "-"
+    history = f"{len(found.get('transitions') or [])} (trainwatch jobs timeline {cluster_id} {found['name']})"
+    rows = [
+        ("cluster", found["cluster_id"]),
+        ("namespace", found["namespace"]),
+        ("name", found["name"]),
+        ("uid", found["uid"]),
+        ("kind", f"{found['kind']} ({found['api_version']})"),
+        ("phase", _phase_text(found) + (" (finished)" if found["terminal"] else "")),
+        ("reason", found.get("reason") or "-"),
+        ("message", found.get("message") or "-"),
+        ("owner", found.get("owner") or "-"),
+        ("queue", found.get("queue") or "-"),
+        ("labels", ", ".join(f"{k}={v}" for k, v in found["labels"].items())),
+        ("restarts", str(found["restart_count"])),
+        ("created", found["created_at"]),
+        ("started", found.get("started_at") or "-"),
+        ("finished", found.get("finished_at") or "-"),
+        ("updated", f"{found['updated_at']} ({_ago(found['updated_at'])})"),
+        ("deleted", found.get("deleted_at") or "-"),
+        ("diagnosis", why),
+        ("transitions", history),
+    ]  # fmt: skip
+    table = Table(show_header=False, box=None)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", escape(value))
+    out.print(table)
+
+
+@jobs.command("timeline")
+def jobs_timeline(
+    cluster_id: ClusterArg,
+    job: JobArg,
+    namespace: JobNamespace = None,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """A job's transitions, oldest first: phase, change, reason and message of each."""
+    found = _find_job(query_url, token, cluster_id, job, namespace)
+    transitions = sorted(found.get("transitions") or [], key=lambda t: (t["epoch"], t["sequence"]))
+    ref = {k: found[k] for k in ("cluster_id", "namespace", "name", "uid")}
+    if _emit({**ref, "transitions": transitions}, output):
+        return
+    table = Table("OBSERVED", "SEQ", "CHANGE", "PHASE", "REASON", "MESSAGE")
+    for t in transitions:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    t["observed_at"], str(t["sequence"]), t["change"], _phase_text(t), t.get("reason") or "",
+                    t.get("message") or "",
+                ),
+            )
+        )  # fmt: skip
+    out.print(f"{found['namespace']}/{found['name']} in {found['cluster_id']}", markup=False, highlight=False)
+    out.print(table)
 
 
 def main() -> None:
