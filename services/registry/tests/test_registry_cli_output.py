@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -139,3 +140,33 @@ async def test_list_get_and_health_show_when_credentials_expire(api_url: str, tm
     code, output = await _run("clusters", "health", "missing", url=api_url)
     assert code == 1
     assert "404" in output
+
+
+def _bash(script: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """``script`` in a real bash (the shell typer detects), with the venv's ``trainwatch`` on PATH."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "HOME": str(home), "SHELL": "/bin/bash"}
+    return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_shell_completion_completes_commands_and_phases(tmp_path: Path) -> None:
+    completing = (
+        "source <(trainwatch --show-completion) || exit 1\n"
+        'complete_words() { COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _trainwatch_completion trainwatch;'
+        ' printf "%s\\n" "${COMPREPLY[@]}"; }\n'
+        "complete_words trainwatch clusters jo\n"
+        "complete_words trainwatch j\n"
+        "complete_words trainwatch jobs list --phase Fa\n"
+        "complete_words trainwatch clusters list -o y\n"
+    )
+    done = _bash(completing, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["join", "jobs", "Failed", "yaml"]
+
+    installed = _bash("trainwatch --install-completion", tmp_path)
+    assert installed.returncode == 0, installed.stderr
+    assert "completion installed" in installed.stdout
+    assert (
+        "_TRAINWATCH_COMPLETE=complete_bash" in (tmp_path / ".bash_completions" / "trainwatch.sh").read_text()
+    )
+    assert "trainwatch.sh" in (tmp_path / ".bashrc").read_text()

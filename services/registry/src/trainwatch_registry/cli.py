@@ -37,7 +37,7 @@ from rich.table import Table
 from trainwatch_common import Phase
 from trainwatch_registry import join as joining
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch operator CLI.")
+app = typer.Typer(no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
 jobs = typer.Typer(no_args_is_help=True, help="Jobs, from the persister's query API.")
@@ -856,6 +856,10 @@ def _phase(value: str) -> str:
         raise typer.BadParameter(f"{value!r} is not a phase: {', '.join(_PHASES.values())}") from None
 
 
+def _phase_names(incomplete: str) -> list[str]:
+    return [phase for phase in _PHASES.values() if phase.lower().startswith(incomplete.lower())]
+
+
 def _since(value: str) -> str:
     """``30m``, ``2h``, ``7d`` back from now, or a time (ISO 8601, UTC without a zone) -> ISO time."""
     if match := _SINCE.match(value.strip()):
@@ -891,7 +895,10 @@ def jobs_list(
         list[str] | None, typer.Option("--kind", help="Kind key, e.g. pytorchjob; repeatable")
     ] = None,
     phase: Annotated[
-        list[str] | None, typer.Option("--phase", help="Phase (any case); repeatable", parser=_phase)
+        list[str] | None,
+        typer.Option(
+            "--phase", help="Phase (any case); repeatable", parser=_phase, autocompletion=_phase_names
+        ),
     ] = None,
     namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="Repeatable")] = None,
     owner: Annotated[str | None, typer.Option("--owner", help="Owner, exactly")] = None,
