@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import re
 import sys
 from collections.abc import Awaitable, Callable
@@ -126,7 +127,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--nats", default="nats://127.0.0.1:4222")
+    parser.add_argument(
+        "--nats",
+        default=os.environ.get("TRAINWATCH_NATS_URL", "nats://127.0.0.1:4222"),
+        help="Default: $TRAINWATCH_NATS_URL (make run writes it to .run/tokens.env), else nats://127.0.0.1:4222",
+    )
     parser.add_argument("--team", default="example-team", help="The durable's prefix")
     parser.add_argument("--durable", help="Default: TEAM-CLUSTER-NAMESPACE ('all' for what is not given)")
     parser.add_argument("--cluster")

@@ -139,3 +139,14 @@ async def test_a_server_without_trainwatch_streams_fails_cleanly(nats_url: str) 
     assert done.returncode == 1
     assert "no JOBS stream" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_the_url_defaults_to_trainwatch_nats_url() -> None:
+    closed = f"nats://127.0.0.1:{free_port()}"
+    done = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("subscribe_jobs.py"))],
+        capture_output=True, text=True, timeout=60,
+        env={"TRAINWATCH_NATS_URL": closed, "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert f"cannot connect to NATS at {closed}" in done.stderr
