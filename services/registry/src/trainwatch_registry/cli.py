@@ -296,11 +296,28 @@ def _show_report(report: dict[str, Any], console: Console | None = None) -> None
 
 
 def _watch_body(
-    kinds: list[str] | None, namespaces: list[str] | None, exclude: list[str] | None
+    kinds: list[str] | None,
+    namespaces: list[str] | None,
+    exclude: list[str] | None,
+    owner_label: str | None = None,
+    owner_annotation: str | None = None,
+    *,
+    current: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    if kinds is None and namespaces is None and exclude is None:
+    """The watch options with the given ones changed, None when none is given. A PATCH replaces
+    the whole object: an update starts from the ``current`` options, so that what is not given
+    (an owner annotation, the namespaces) stays as it is."""
+    given = {
+        "kinds": kinds,
+        "include_namespaces": namespaces,
+        "exclude_namespaces": exclude,
+        "owner_label": owner_label,
+        "owner_annotation": owner_annotation,
+    }
+    changes = {key: value for key, value in given.items() if value is not None}
+    if not changes:
         return None
-    return {"kinds": kinds or [], "include_namespaces": namespaces or [], "exclude_namespaces": exclude or []}
+    return {**(current or {}), **changes}
 
 
 def _all_clusters(api_url: str, token: str, label: list[str] | None = None) -> list[dict[str, Any]]:
@@ -382,6 +399,12 @@ Namespaces = Annotated[list[str] | None, typer.Option("--namespace", help="Names
 Excluded = Annotated[
     list[str] | None, typer.Option("--exclude-namespace", help="Namespace to skip; repeatable")
 ]
+OwnerLabel = Annotated[
+    str | None, typer.Option("--owner-label", help="Job label that names the job's owner (notifications)")
+]
+OwnerAnnotation = Annotated[
+    str | None, typer.Option("--owner-annotation", help="Job annotation that names the job's owner")
+]
 
 
 @clusters.command("add")
@@ -395,6 +418,8 @@ def add(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
+    owner_label: OwnerLabel = None,
+    owner_annotation: OwnerAnnotation = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate and test connectivity only (exit 2 when it fails)")
     ] = False,
@@ -413,7 +438,7 @@ def add(
         "kubeconfig": _read_kubeconfig(kubeconfig),
         "context": context,
     }
-    watch = _watch_body(kind, namespace, exclude_namespace)
+    watch = _watch_body(kind, namespace, exclude_namespace, owner_label, owner_annotation)
     if watch is not None:
         body["watch"] = watch
     preview = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
@@ -501,17 +526,30 @@ def update(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
+    owner_label: OwnerLabel = None,
+    owner_annotation: OwnerAnnotation = None,
     context: Annotated[str | None, typer.Option("--context")] = None,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Change a cluster's metadata or watch options (labels given replace all labels)."""
+    """Change a cluster's metadata or watch options (labels given replace all labels; watch
+    options not given are kept)."""
+    watch: dict[str, Any] | None = None
+    expected_revision: int | None = None
+    if any(v is not None for v in (kind, namespace, exclude_namespace, owner_label, owner_annotation)):
+        current = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+        watch = _watch_body(
+            kind, namespace, exclude_namespace, owner_label, owner_annotation, current=current["watch"]
+        )
+        # Sent with the revision it was read at: a concurrent change is a 409, not overwritten.
+        expected_revision = current["revision"]
     body = {
         "name": name,
         "description": description,
         "labels": _labels(label),
-        "watch": _watch_body(kind, namespace, exclude_namespace),
+        "watch": watch,
         "context": context,
+        "expected_revision": expected_revision,
     }
     result = _call(
         api_url,
