@@ -5,8 +5,13 @@ UV ?= uv
 
 .PHONY: run test chaos chaos-short chaos-load bootstrap bootstrap-run lint typecheck importlint schemas check-all bench clean
 
+# make run CLUSTERS=5 RATE=2 DEMO_LANG=zh-CN RULES=my-rules.yaml FEISHU_DEMO=1 (all optional;
+# FEISHU_DEMO=1 sends the simulated jobs' cards to TRAINWATCH_FEISHU_WEBHOOK instead of the local sink)
+RUN_OPTIONS = $(if $(CLUSTERS),--clusters $(CLUSTERS)) $(if $(RATE),--rate $(RATE)) \
+	$(if $(DEMO_LANG),--lang $(DEMO_LANG)) $(if $(RULES),--rules $(RULES)) $(if $(FEISHU_DEMO),--feishu-demo)
+
 run: bootstrap-run  ## Run the whole system locally (embedded defaults, simulated clusters, dashboard)
-	$(UV) run python scripts/run_local.py
+	$(UV) run python scripts/run_local.py $(RUN_OPTIONS)
 
 # The short chaos run is left out of `make test` until it reliably prints 0 on every surface (issue
 # 13: after a NATS outage the JOBS stream can still hold a job's events out of sequence order, a

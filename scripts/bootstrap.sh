@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Trainwatch needs on a fresh Debian/Ubuntu machine with Python 3.11+:
 # uv, the workspace's virtualenv, and the OS packages the tests and `make run` use.
-# As root it installs OS packages with apt-get; otherwise it prints the exact command.
+# As root it installs OS packages with apt-get; otherwise it prints the exact command. uv is
+# installed for the current user without root, also where PEP 668 refuses `pip install --user`.
 #
 #   scripts/bootstrap.sh run    # for `make run`
 #   scripts/bootstrap.sh test   # for `make test` (adds PostgreSQL, kubectl, Chromium)
@@ -28,6 +29,12 @@ fi
 if [ "$purpose" = test ] && ! fc-list 2>/dev/null | grep -qi "wqy\|noto.*cjk"; then
   missing+=(fonts-wqy-microhei)
 fi
+# uv comes from pip; where `pip install --user` is refused (PEP 668: Debian 12, Ubuntu 24.04) it
+# goes in a virtualenv of its own, which needs the venv module (not in a stock install).
+if ! command -v uv >/dev/null 2>&1 && [ ! -x "$HOME/.local/bin/uv" ] && ! command -v pipx >/dev/null 2>&1 \
+  && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  missing+=(python3-venv)
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     say "installing OS packages: ${missing[*]}"
@@ -41,12 +48,8 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- uv and the virtualenv --------------------------------------------------------------------
-if ! command -v uv >/dev/null 2>&1; then
-  export PATH="$HOME/.local/bin:$PATH"
-fi
-if ! command -v uv >/dev/null 2>&1; then
-  say "installing uv with pip"
-  python3 -m pip install --quiet --user uv 2>/dev/null || python3 -m pip install --quiet uv
-fi
+# For the current user, also where `pip install --user` is refused (PEP 668): see install_uv.sh.
+scripts/install_uv.sh
+export PATH="$HOME/.local/bin:$PATH"
 say "syncing the virtualenv (uv sync --frozen)"
 uv sync --frozen --quiet

@@ -15,6 +15,7 @@ so no process is left behind.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
@@ -164,7 +165,40 @@ async def register_clusters(registry_url: str, admin_token: str, kubeconfigs: li
             print(f"registered cluster {cluster_id} through the registry API", flush=True)
 
 
-async def run(clusters: int) -> None:
+@dataclass(frozen=True)
+class Options:
+    clusters: int = 3
+    rate: float = 1.0  # status writes per second per demo job
+    language: str = "en"  # the dashboard link's ?lang= (the dashboard remembers it)
+    rules: Path = ROOT / "services/notifier/rules.example.yaml"
+    feishu_demo: bool = False  # send the simulated jobs' cards to TRAINWATCH_FEISHU_WEBHOOK
+
+
+async def jobs_flowing(query_url: str, viewer_token: str, *, timeout: float = 120.0) -> None:
+    """Until the persister has stored a job: the watchers, the bus and the persister are through
+    their start-up (and their start-up logging)."""
+    deadline = time.monotonic() + timeout
+    headers = {"Authorization": f"Bearer {viewer_token}"}
+    async with httpx.AsyncClient(timeout=2, headers=headers) as client:
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+                page = (await client.get(f"{query_url}/v1/jobs", params={"limit": 1})).json()
+                if page["total"] > 0:
+                    return
+            await asyncio.sleep(0.5)
+
+
+def banner(dashboard_url: str, token_file: Path, rules: Path) -> str:
+    return (
+        f"\n\033[1mTrainwatch is running: open {dashboard_url}\033[0m"
+        f"\n  tokens and URLs for the CLI and the API (kept out of the logs): {token_file}"
+        f"\n  notification rules: {rules}"
+        "\n  Ctrl-C stops everything.\n"
+    )
+
+
+async def run(options: Options) -> None:
+    clusters = options.clusters
     shutil.rmtree(RUN_DIR, ignore_errors=True)  # every run starts clean: kubesim makes new clusters
     RUN_DIR.mkdir(parents=True)
     (RUN_DIR / "nats").mkdir()
@@ -187,12 +221,16 @@ async def run(clusters: int) -> None:
              [("dashboard", 8080), ("registry", 8081), ("persister", 8082), ("notifier", 8083),
               ("watcher-1", 8084), ("watcher-2", 8085), ("feishu-sink", 8090)]}  # fmt: skip
     registry_url = f"http://127.0.0.1:{ports['registry']}"
-    token_file.write_text(  # for the CLI: `set -a; . .run/tokens.env; set +a`
-        f"TRAINWATCH_API_URL={registry_url}\nTRAINWATCH_API_TOKEN={admin_token}\n"
-        f"TRAINWATCH_VIEWER_TOKEN={viewer_token}\n"
-    )
     query_url = f"http://127.0.0.1:{ports['persister']}"
+    token_file.write_text(  # for the CLI and consumers: `set -a; . .run/tokens.env; set +a`
+        f"TRAINWATCH_API_URL={registry_url}\nTRAINWATCH_API_TOKEN={admin_token}\n"
+        f"TRAINWATCH_VIEWER_TOKEN={viewer_token}\nTRAINWATCH_QUERY_URL={query_url}\n"
+        f"TRAINWATCH_NATS_URL={nats.url}\n"
+    )
     dashboard_url = f"http://127.0.0.1:{ports['dashboard']}"
+    dashboard_link = (
+        f"{dashboard_url}/?lang={options.language}" if options.language != "en" else dashboard_url
+    )
     common = {
         "TRAINWATCH_NATS_URL": nats.url,
         "TRAINWATCH_REDIS_URL": redis.url,
@@ -203,10 +241,17 @@ async def run(clusters: int) -> None:
     python = [sys.executable, "-m"]
     kubeconfig_dir = RUN_DIR / "kubesim"
     feishu_webhook = os.environ.get("TRAINWATCH_FEISHU_WEBHOOK")
+    if feishu_webhook and not options.feishu_demo:
+        # A team's real bot must not get a card for every simulated job by accident.
+        print("TRAINWATCH_FEISHU_WEBHOOK is set: the simulated jobs' cards go to the local sink, not to "
+              "that bot (make run FEISHU_DEMO=1 sends them there)", flush=True)  # fmt: skip
+        feishu_webhook = None
     feishu_env = {
         "TRAINWATCH_FEISHU_WEBHOOK": feishu_webhook
         or f"http://127.0.0.1:{ports['feishu-sink']}/open-apis/bot/v2/hook/demo",
-        "TRAINWATCH_FEISHU_SECRET": os.environ.get("TRAINWATCH_FEISHU_SECRET", feishu_secret),
+        "TRAINWATCH_FEISHU_SECRET": os.environ.get("TRAINWATCH_FEISHU_SECRET", feishu_secret)
+        if feishu_webhook
+        else feishu_secret,
     }
 
     children = []
@@ -227,9 +272,13 @@ async def run(clusters: int) -> None:
         }),
         Child("notifier", [*python, "trainwatch_notifier"], {
             **common, **feishu_env, "TRAINWATCH_HTTP_PORT": str(ports["notifier"]),
-            "TRAINWATCH_RULES_FILE": str(ROOT / "services/notifier/rules.example.yaml"),
+            "TRAINWATCH_RULES_FILE": str(options.rules),
             "TRAINWATCH_DASHBOARD_URL": dashboard_url,
         }),
+        # Before the watchers, so that Ctrl-C (reverse order) stops the watchers first: a cluster
+        # gone under a running watcher logs "watch failed; retrying" per kind until it stops.
+        Child("kubesim", [*python, "kubesim", "--clusters", str(clusters), "--scenario", "demo",
+                          "--rate", str(options.rate), "--kubeconfig-dir", str(kubeconfig_dir)]),
         *[
             Child(f"watcher-{n}", [*python, "trainwatch_watcher"], {
                 **common, "TRAINWATCH_HTTP_PORT": str(ports[f"watcher-{n}"]),
@@ -244,8 +293,6 @@ async def run(clusters: int) -> None:
             "TRAINWATCH_REGISTRY_URL": registry_url, "TRAINWATCH_QUERY_URL": query_url,
             "TRAINWATCH_DASHBOARD_API_TOKEN": viewer_token, "TRAINWATCH_DASHBOARD_ADMIN_TOKEN": admin_token,
         }),
-        Child("kubesim", [*python, "kubesim", "--clusters", str(clusters), "--scenario", "demo",
-                          "--rate", "1", "--kubeconfig-dir", str(kubeconfig_dir)]),
     ]  # fmt: skip
 
     launcher = Launcher()
@@ -263,9 +310,10 @@ async def run(clusters: int) -> None:
                 await wait_http(f"{registry_url}/healthz")
                 await register_clusters(registry_url, admin_token, await wait_files(kubeconfig_dir, clusters))
                 await wait_http(f"{dashboard_url}/healthz")
-                print(f"\n\033[1mTrainwatch is running: open {dashboard_url}\033[0m"
-                      f"\n  tokens for the CLI and the API (kept out of the logs): {token_file}"
-                      "\n  Ctrl-C stops everything.\n", flush=True)  # fmt: skip
+                print(banner(dashboard_link, token_file, options.rules), flush=True)
+                # Said again once jobs flow: by then start-up logging has pushed it off the screen.
+                await jobs_flowing(query_url, viewer_token)
+                print(banner(dashboard_link, token_file, options.rules), flush=True)
 
             async def bring_up_or_stop() -> None:
                 try:
@@ -286,9 +334,28 @@ async def run(clusters: int) -> None:
         print("all stopped", flush=True)
 
 
+def parse_options(argv: list[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(description="The whole Trainwatch system on simulated clusters.")
+    parser.add_argument("--clusters", type=int, default=int(os.environ.get("TRAINWATCH_DEMO_CLUSTERS", "3")),
+                        help="simulated clusters (default 3)")  # fmt: skip
+    parser.add_argument("--rate", type=float, default=1.0, help="status writes per second per demo job")
+    parser.add_argument("--lang", choices=["en", "zh-CN"], default="en", help="the dashboard's language")
+    parser.add_argument("--rules", type=Path, default=Options.rules, help="the notifier's rules file")
+    parser.add_argument("--feishu-demo", action="store_true",
+                        help="send the simulated jobs' cards to TRAINWATCH_FEISHU_WEBHOOK")  # fmt: skip
+    args = parser.parse_args(argv)
+    if args.clusters < 1:
+        parser.error("--clusters must be at least 1")
+    if args.rate <= 0:
+        parser.error("--rate must be positive")
+    rules = args.rules.expanduser().resolve()
+    if not rules.is_file():
+        parser.error(f"no rules file at {rules}")
+    return Options(args.clusters, args.rate, args.lang, rules, args.feishu_demo)
+
+
 def main() -> None:
-    clusters = int(os.environ.get("TRAINWATCH_DEMO_CLUSTERS", "3"))
-    asyncio.run(run(clusters))
+    asyncio.run(run(parse_options()))
 
 
 if __name__ == "__main__":

@@ -74,3 +74,65 @@ def test_make_run_comes_up_shows_live_jobs_and_stops_cleanly(tmp_path: Path) -> 
     assert len(pids) >= 10
     leftovers = [pid for pid in pids if alive(pid)]
     assert not leftovers, f"processes left behind: {leftovers}"
+
+
+@pytest.mark.slow
+def test_make_run_options_a_real_webhook_the_banner_and_a_quiet_stop(tmp_path: Path) -> None:
+    """`make run CLUSTERS=2 RATE=3 DEMO_LANG=zh-CN RULES=...` with a real webhook configured: the
+    simulated jobs' cards stay on the local sink, the banner comes again once jobs flow, the CLI's
+    variables are all in tokens.env, and Ctrl-C stops without a wall of watch errors."""
+    run_dir = tmp_path / "run"
+    log_path = tmp_path / "make-run.log"
+    rules = tmp_path / "rules.yaml"
+    example = (ROOT / "services" / "notifier" / "rules.example.yaml").read_text()
+    rules.write_text(example.replace("language: en ", "language: zh-CN "))
+    env = {
+        **os.environ,
+        "TRAINWATCH_RUN_DIR": str(run_dir),
+        # A team's real bot: nothing listens there, and no card of a simulated job may go there.
+        "TRAINWATCH_FEISHU_WEBHOOK": "http://127.0.0.1:9/open-apis/bot/v2/hook/real-team-bot",
+    }
+    argv = ["make", "-s", "run", "CLUSTERS=2", "RATE=3", "DEMO_LANG=zh-CN", f"RULES={rules}"]
+    with open(log_path, "wb") as log:
+        launcher = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+
+        def banners() -> int:
+            return log_path.read_text(errors="replace").count(READY_LINE)
+
+        wait_until(lambda: banners() >= 1, timeout=180, message="the launcher's ready line")
+        text = log_path.read_text(errors="replace")
+        found = re.search(re.escape(READY_LINE) + r"(http://[\d.]+:\d+/\?lang=zh-CN)", text)
+        assert found, text[-2000:]
+        assert "TRAINWATCH_FEISHU_WEBHOOK is set: the simulated jobs' cards go to the local sink" in text
+        tokens = dict(line.split("=", 1) for line in (run_dir / "tokens.env").read_text().split())
+        assert tokens["TRAINWATCH_NATS_URL"].startswith("nats://127.0.0.1:")
+        assert tokens["TRAINWATCH_QUERY_URL"].startswith("http://127.0.0.1:")
+        headers = {"Authorization": f"Bearer {tokens['TRAINWATCH_API_TOKEN']}"}
+        clusters = httpx.get(f"{tokens['TRAINWATCH_API_URL']}/v1/clusters", headers=headers, timeout=5).json()
+        assert sorted(c["id"] for c in clusters["data"]) == ["sim-1", "sim-2"]
+
+        # Once jobs flow (and the start-up noise with them), the banner comes again.
+        wait_until(lambda: banners() >= 2, timeout=180, message="the banner, again once jobs flow")
+
+        def a_card_reached_the_sink() -> bool:
+            # the sink's lines: its name in colour, then "| " and the card's text
+            text = log_path.read_text(errors="replace")
+            return re.search(r"feishu-sink.*\|.*(失败|成功|重启|暂停)", text) is not None
+
+        wait_until(a_card_reached_the_sink, timeout=180, message="a zh-CN card on the local sink")
+    finally:
+        os.killpg(launcher.pid, signal.SIGINT)  # Ctrl-C reaches make's whole process group
+        try:
+            launcher.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            raise
+    text = log_path.read_text(errors="replace")
+    # make itself reports the interrupt (its exit status); the launcher's own last line says it stopped.
+    assert text.rstrip().endswith("all stopped") or "all stopped\n" in text, text[-3000:]
+    stopping = text.rindex("stopping...")
+    assert "watch failed; retrying" not in text[stopping:], text[stopping:][:3000]
+    assert "real-team-bot" not in text  # nor its URL in any log line

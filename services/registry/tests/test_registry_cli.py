@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 import uvicorn
 from conftest import TOKENS, make_settings
 from registry_kubeconfigs import as_yaml, kubeconfig
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from trainwatch_common.testing import free_port
 from trainwatch_registry.app import create_app
@@ -38,10 +39,15 @@ async def api_url(sqlite_url: str, nats_url: str, encryption_key: str) -> AsyncI
             await task
 
 
-async def _run(*args: str, url: str, token: str = "admin-token", stdin: str | None = None) -> tuple[int, str]:
+async def _invoke(*args: str, url: str, token: str = "admin-token", stdin: str | None = None) -> Result:
     runner = CliRunner()
     env = {"TRAINWATCH_API_URL": url, "TRAINWATCH_API_TOKEN": token, "COLUMNS": "200"}
-    result = await asyncio.to_thread(runner.invoke, cli, list(args), env=env, input=stdin)
+    return await asyncio.to_thread(runner.invoke, cli, list(args), env=env, input=stdin)
+
+
+async def _run(*args: str, url: str, token: str = "admin-token", stdin: str | None = None) -> tuple[int, str]:
+    """Exit code and what a terminal shows (stdout and stderr)."""
+    result = await _invoke(*args, url=url, token=token, stdin=stdin)
     return result.exit_code, result.output
 
 
@@ -50,7 +56,7 @@ async def test_add_list_get_update_rotate_remove(api_url: str, tmp_path: Path) -
     kubeconfig_file.write_text(as_yaml(kubeconfig()))
     code, output = await _run(
         "clusters", "add", "--name", "GPU East", "--kubeconfig", str(kubeconfig_file), "--label", "tier=gpu",
-        "--kind", "pytorchjob", url=api_url,
+        "--kind", "pytorchjob", "--allow-unreachable", url=api_url,
     )  # fmt: skip
     assert code == 0, output
     assert "registered gpu-east at revision 1" in output
@@ -101,3 +107,35 @@ async def test_errors_are_readable(api_url: str, tmp_path: Path) -> None:
     code, output = await _run("clusters", "list", url=f"http://127.0.0.1:{free_port()}")
     assert code == 1
     assert "cannot reach the registry" in output
+
+
+async def test_owner_flags_and_an_update_changes_only_the_watch_options_given(
+    api_url: str, tmp_path: Path
+) -> None:
+    kubeconfig_file = tmp_path / "east.yaml"
+    kubeconfig_file.write_text(as_yaml(kubeconfig()))
+    code, output = await _run(
+        "clusters", "add", "--name", "East", "--kubeconfig", str(kubeconfig_file), "--allow-unreachable",
+        "--owner-annotation", "trainwatch.io/owner", "--kind", "pytorchjob", "--namespace", "team-a",
+        url=api_url,
+    )  # fmt: skip
+    assert code == 0, output
+
+    async def watch() -> dict[str, object]:
+        code, output = await _run("clusters", "get", "east", "-o", "json", url=api_url)
+        assert code == 0, output
+        found: dict[str, object] = json.loads(output)["watch"]
+        return found
+
+    assert (await watch())["owner_annotation"] == "trainwatch.io/owner"
+    code, output = await _run("clusters", "update", "east", "--kind", "mpijob", url=api_url)
+    assert code == 0, output
+    after = await watch()
+    assert after["kinds"] == ["mpijob"]
+    assert after["include_namespaces"] == ["team-a"]  # not given: kept
+    assert after["owner_annotation"] == "trainwatch.io/owner"  # not given: kept
+    code, output = await _run("clusters", "update", "east", "--owner-label", "team.io/owner", url=api_url)
+    assert code == 0, output
+    after = await watch()
+    assert after["owner_label"] == "team.io/owner"
+    assert after["kinds"] == ["mpijob"]

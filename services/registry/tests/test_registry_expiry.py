@@ -68,3 +68,25 @@ async def test_expiry_is_public_and_counted_until_rotated(registry: Harness) -> 
     listed = (await registry.client.get("/v1/clusters/soon", headers=ADMIN)).json()
     assert listed["credentials_expire_at"] == other["credentials_expire_at"]
     await eventually(lambda: expiring_is(0.0), message="nothing expiring after the rotation")
+
+
+async def test_the_cluster_reply_says_whether_credentials_are_expiring(registry: Harness) -> None:
+    tokens = {
+        "expired": jwt(time.time() - 3600),
+        "soon": jwt(time.time() + 3 * 86400),  # within the default 14-day window
+        "later": jwt(time.time() + 60 * 86400),
+    }
+    for cluster_id, token in tokens.items():
+        await registry.create(create_body(cluster_id, as_yaml(kubeconfig(token=token))))
+    await registry.create(create_body("static", as_yaml(kubeconfig())))
+
+    listed = (await registry.client.get("/v1/clusters", headers=ADMIN)).json()["data"]
+    assert {c["id"]: c["credentials_state"] for c in listed} == {
+        "expired": "expired",
+        "soon": "expiring",
+        "later": "ok",
+        "static": None,  # no expiry known
+    }
+    one = (await registry.client.get("/v1/clusters/soon", headers=ADMIN)).json()
+    assert one["credentials_state"] == "expiring"
+    assert all(token not in json.dumps(listed) + json.dumps(one) for token in tokens.values())

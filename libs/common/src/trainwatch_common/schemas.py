@@ -42,10 +42,51 @@ def json_schemas() -> dict[str, dict[str, Any]]:
     return out
 
 
+# Where the events are: make run's server, and the deployment's (deploy/k8s, docs/deploy.md).
+SERVERS: dict[str, dict[str, Any]] = {
+    "local": {
+        "host": "127.0.0.1:4222",
+        "protocol": "nats",
+        "description": "`make run`'s nats-server (no authentication; its URL is in .run/tokens.env).",
+    },
+    "production": {
+        "host": "nats-0.nats-cluster.trainwatch.svc:4222",
+        "protocol": "nats",
+        "description": "The deployment's NATS cluster (deploy/k8s; list every node in the client's "
+        "server URLs). Ask the operators for a NATS user of your own: it may subscribe to these "
+        "subjects and publish on none of them (docs/contracts.md, 'Who may publish').",
+        "security": [
+            {"$ref": "#/components/securitySchemes/natsUser"},
+            {"$ref": "#/components/securitySchemes/natsCredentials"},
+            {"$ref": "#/components/securitySchemes/natsTls"},
+        ],
+    },
+}
+
+SECURITY_SCHEMES: dict[str, dict[str, Any]] = {
+    "natsUser": {
+        "type": "userPassword",
+        "description": "A NATS user and password (TRAINWATCH_NATS_USER / TRAINWATCH_NATS_PASSWORD for "
+        "Trainwatch's own services).",
+    },
+    "natsCredentials": {
+        "type": "asymmetricEncryption",
+        "description": "A NATS decentralized-auth user: a .creds file (JWT and NKey seed) or an NKey "
+        "seed alone (TRAINWATCH_NATS_CREDS_FILE / TRAINWATCH_NATS_NKEY_SEED_FILE).",
+    },
+    "natsTls": {
+        "type": "X509",
+        "description": "TLS (tls:// URLs) with the deployment's CA, and a client certificate where the "
+        "server requires one (TRAINWATCH_NATS_TLS_CA_FILE, _CERT_FILE, _KEY_FILE).",
+    },
+}
+
+
 def _channel(address: str, description: str, message: str, params: dict[str, str]) -> dict[str, Any]:
     return {
         "address": address,
         "description": description,
+        "servers": [{"$ref": f"#/servers/{name}"} for name in SERVERS],
         "parameters": {name: {"description": text} for name, text in params.items()},
         "messages": {message: {"$ref": f"#/components/messages/{message}"}},
     }
@@ -74,6 +115,7 @@ def asyncapi_document() -> dict[str, Any]:
             "Every message is a CloudEvents 1.0 JSON document (structured mode). " + escaping,
         },
         "defaultContentType": CONTENT_TYPE,
+        "servers": SERVERS,
         "channels": {
             "jobStatus": _channel(
                 "jobs.v1.{cluster_id}.{namespace}.{kind}.{name}",
@@ -102,6 +144,7 @@ def asyncapi_document() -> dict[str, Any]:
             "receiveClusterHealth": {"action": "receive", "channel": {"$ref": "#/channels/clusterHealth"}},
         },
         "components": {
+            "securitySchemes": SECURITY_SCHEMES,
             "messages": {
                 "JobStatusEvent": {
                     "name": JOB_STATUS_TYPE,
@@ -115,7 +158,7 @@ def asyncapi_document() -> dict[str, Any]:
                     "name": CLUSTER_HEALTH_TYPE,
                     "payload": schemas["cluster-health.json"],
                 },
-            }
+            },
         },
     }
 

@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 from fastapi import FastAPI
 from sqlalchemy import text
@@ -142,7 +143,13 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
                 relay.wake()
                 expiry.wake()
 
-            registry = Registry(engine=engine, encryptor=encryptor, policy=policy, on_commit=on_commit)
+            registry = Registry(
+                engine=engine,
+                encryptor=encryptor,
+                policy=policy,
+                on_commit=on_commit,
+                credentials_warning=timedelta(days=settings.registry_credentials_warning_days),
+            )
 
             async def check(kubeconfig: SanitizedKubeconfig) -> ConnectivityReport:
                 timeout = settings.registry_connect_timeout_seconds

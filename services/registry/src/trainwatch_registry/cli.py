@@ -1,12 +1,17 @@
-"""``trainwatch``: the operator's CLI over the registry API (httpx; never touches the database).
+"""``trainwatch``: the operator's CLI over the registry and query APIs (httpx; never touches a database).
 
     trainwatch clusters add --name "GPU east" --kubeconfig ~/.kube/east.yaml [--context east] [--id gpu-east]
-    trainwatch clusters list | get ID | update ID ... | rotate ID --kubeconfig FILE | remove ID | test ID
+        [--allow-unreachable] [--force]
+    trainwatch clusters list | get ID | health ID | update ID ... | rotate ID --kubeconfig FILE
+    trainwatch clusters remove ID | test ID
     trainwatch clusters import
     trainwatch clusters join --context CTX [--kubeconfig FILE]
     trainwatch clusters leave ID --context CTX | rotate-token ID --context CTX
 
-The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN.
+    trainwatch jobs list [--cluster C] [--kind K] [--phase P] [--since 2h] | get C JOB | timeline C JOB
+
+The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN;
+the jobs commands read the persister's query API at --query-url or TRAINWATCH_QUERY_URL.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import json
 import os
 import re
 import time
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote, urlsplit
 
 import httpx
 import typer
@@ -27,11 +34,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from trainwatch_common import Phase
 from trainwatch_registry import join as joining
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Trainwatch operator CLI.")
+app = typer.Typer(no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
+jobs = typer.Typer(no_args_is_help=True, help="Jobs, from the persister's query API.")
+app.add_typer(jobs, name="jobs")
 
 
 def _version(value: bool) -> None:
@@ -102,10 +112,14 @@ def _client(api_url: str, token: str) -> httpx.Client:
     return httpx.Client(base_url=api_url.rstrip("/"), headers=headers, timeout=30)
 
 
-def _fail(message: str) -> typer.Exit:
+def _fail(message: str, code: int = 1) -> typer.Exit:
     # The message is text, not markup: an id pattern like '^([a-z0-9]...)?$' must print as it is.
     err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
-    return typer.Exit(1)
+    return typer.Exit(code)
+
+
+def _warn(message: str) -> None:
+    err.print(f"[bold yellow]warning:[/] {escape(message)}", highlight=False)
 
 
 def _read_kubeconfig(path: Path) -> str:
@@ -118,12 +132,14 @@ def _read_kubeconfig(path: Path) -> str:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _call(api_url: str, token: str, method: str, path: str, **kwargs: Any) -> Any:
+def _call(
+    api_url: str, token: str, method: str, path: str, *, service: str = "the registry", **kwargs: Any
+) -> Any:
     try:
         with _client(api_url, token) as client:
             response = client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
-        raise _fail(f"cannot reach the registry at {api_url}: {exc}") from None
+        raise _fail(f"cannot reach {service} at {api_url}: {exc}") from None
     if response.status_code >= 400:
         raise _fail(_explain(response))
     return response.json() if response.content else None
@@ -181,7 +197,6 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
         ("context", cluster["context"]),
         ("auth", cluster["auth_method"]),
         ("fingerprint", cluster["connection_fingerprint"]),
-        ("credentials expire", cluster.get("credentials_expire_at") or "-"),
         ("revision", str(cluster["revision"])),
         ("watch", _watch(cluster["watch"])),
         ("owner", health.get("owner") or "-"),
@@ -189,8 +204,35 @@ def _show_cluster(cluster: dict[str, Any]) -> None:
     ]
     for key, value in rows:
         table.add_row(f"[bold]{key}[/]", escape(value))
-    table.add_row("[bold]health[/]", _health(health))  # markup of its own, data escaped
+    # markup of their own, data escaped
+    table.add_row("[bold]credentials[/]", _credentials(cluster, long=True))
+    table.add_row("[bold]health[/]", _health(health))
     out.print(table)
+
+
+def _in_words(seconds: float) -> str:
+    seconds = abs(seconds)
+    if seconds >= 86400:
+        return f"{int(seconds // 86400)}d"
+    if seconds >= 3600:
+        return f"{int(seconds // 3600)}h"
+    return f"{max(int(seconds // 60), 1)}m"
+
+
+def _credentials(cluster: dict[str, Any], *, long: bool = False) -> str:
+    """When the registered token expires, coloured by the registry's verdict (``credentials_state``:
+    within the warning window is ``expiring``); ``-`` for credentials with no known expiry."""
+    expire_at, state = cluster.get("credentials_expire_at"), cluster.get("credentials_state")
+    if not expire_at:
+        return "no expiry known" if long else "-"
+    left = (datetime.fromisoformat(expire_at) - datetime.now(UTC)).total_seconds()
+    renew = f" (renew: trainwatch clusters rotate-token {cluster['id']} --context CTX)" if long else ""
+    at = f" at {expire_at}" if long else ""
+    if state == "expired" or left <= 0:
+        return f"[red]expired {_in_words(left)} ago[/]{escape(at + renew)}"
+    if state == "expiring":
+        return f"[yellow]expires in {_in_words(left)}[/]{escape(at + renew)}"
+    return f"expires in {_in_words(left)}{escape(at)}"
 
 
 def _watch(watch: dict[str, Any]) -> str:
@@ -239,25 +281,115 @@ def _health(health: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _show_report(report: dict[str, Any]) -> None:
+def _show_report(report: dict[str, Any], console: Console | None = None) -> None:
+    console = console or out
     access = report.get("kinds") or {}
     server = report["server"]
     if report["ok"]:
         version = (report.get("server_version") or {}).get("git_version") or "?"
         kinds = ", ".join(report.get("kinds_served") or []) or "none"
-        out.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
+        console.print("[green]ok[/]", escape(f"{server} Kubernetes {version}; job kinds served: {kinds}"))
     else:
-        out.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
+        console.print("[red]failed[/]", escape(f"{server}: {report.get('error')}"))
     for key in sorted(access):
-        out.print(f"  {key}: {access[key]}", markup=False)
+        console.print(f"  {key}: {access[key]}", markup=False)
 
 
 def _watch_body(
-    kinds: list[str] | None, namespaces: list[str] | None, exclude: list[str] | None
+    kinds: list[str] | None,
+    namespaces: list[str] | None,
+    exclude: list[str] | None,
+    owner_label: str | None = None,
+    owner_annotation: str | None = None,
+    *,
+    current: dict[str, Any] | None = None,
 ) -> dict[str, Any] | None:
-    if kinds is None and namespaces is None and exclude is None:
+    """The watch options with the given ones changed, None when none is given. A PATCH replaces
+    the whole object: an update starts from the ``current`` options, so that what is not given
+    (an owner annotation, the namespaces) stays as it is."""
+    given = {
+        "kinds": kinds,
+        "include_namespaces": namespaces,
+        "exclude_namespaces": exclude,
+        "owner_label": owner_label,
+        "owner_annotation": owner_annotation,
+    }
+    changes = {key: value for key, value in given.items() if value is not None}
+    if not changes:
         return None
-    return {"kinds": kinds or [], "include_namespaces": namespaces or [], "exclude_namespaces": exclude or []}
+    return {**(current or {}), **changes}
+
+
+def _all_clusters(api_url: str, token: str, label: list[str] | None = None) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        params: dict[str, Any] = {"limit": 1000, "label": label or []}
+        if cursor:
+            params["cursor"] = cursor
+        page = _call(api_url, token, "GET", "/v1/clusters", params=params)
+        rows += page["data"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            return rows
+
+
+def _server_key(server: str) -> tuple[str, str, int, str]:
+    """An API server URL compared as the apiserver it names: host case and an explicit :443 or a
+    trailing slash do not make a second cluster."""
+    parts = urlsplit(server.strip())
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path.rstrip("/")
+
+
+def _check_duplicate_server(api_url: str, token: str, server: str, cluster_id: str, *, force: bool) -> None:
+    """Refuse (unless ``force``) to register an API server another cluster is registered at: both
+    registrations would be watched, and every job of that cluster published twice under two ids."""
+    key = _server_key(server)
+    others = [
+        c for c in _all_clusters(api_url, token) if c["id"] != cluster_id and _server_key(c["server"]) == key
+    ]
+    if not others:
+        return
+    ids = ", ".join(c["id"] for c in others)
+    message = (
+        f"{server} is already registered as {ids}: a second registration watches the same cluster "
+        "again and publishes each of its jobs twice, under two cluster ids"
+    )
+    if not force:
+        raise _fail(f"{message}; nothing registered (pass --force to register it anyway)")
+    _warn(f"{message} (registering anyway: --force)")
+
+
+def _check_reachable(report: dict[str, Any], cluster_id: str, *, allow_unreachable: bool) -> None:
+    """Refuse (unless ``allow_unreachable``) to register a cluster the registry's connection check
+    fails on; with it, register and say that the cluster cannot be watched yet."""
+    if report["ok"]:
+        return
+    problem = f"the connection check of {cluster_id} failed: {report['server']}: {report.get('error')}"
+    if not allow_unreachable:
+        _show_report(report, console=err)
+        raise _fail(
+            f"{problem}; nothing registered (fix the kubeconfig or the network, or pass "
+            "--allow-unreachable to register it anyway, e.g. when only the watchers' network reaches it)",
+            code=2,  # as a failed dry run
+        )
+    _warn(
+        f"{problem}; registering it anyway (--allow-unreachable): it shows as down until a watcher reaches it"
+    )
+
+
+Force = Annotated[
+    bool,
+    typer.Option("--force", help="Register even when another cluster has the same API server"),
+]
+AllowUnreachable = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unreachable",
+        help="Register even when the registry's connection check cannot reach the cluster",
+    ),
+]
 
 
 Kinds = Annotated[
@@ -266,6 +398,12 @@ Kinds = Annotated[
 Namespaces = Annotated[list[str] | None, typer.Option("--namespace", help="Namespace to watch; repeatable")]
 Excluded = Annotated[
     list[str] | None, typer.Option("--exclude-namespace", help="Namespace to skip; repeatable")
+]
+OwnerLabel = Annotated[
+    str | None, typer.Option("--owner-label", help="Job label that names the job's owner (notifications)")
+]
+OwnerAnnotation = Annotated[
+    str | None, typer.Option("--owner-annotation", help="Job annotation that names the job's owner")
 ]
 
 
@@ -280,14 +418,18 @@ def add(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
+    owner_label: OwnerLabel = None,
+    owner_annotation: OwnerAnnotation = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Validate and test connectivity only (exit 2 when it fails)")
     ] = False,
+    force: Force = False,
+    allow_unreachable: AllowUnreachable = False,
     output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Register a cluster."""
+    """Register a cluster, after a connection check and a check that its API server is not registered yet."""
     body: dict[str, Any] = {
         "id": cluster_id or _id_from_name(name),
         "name": name,
@@ -296,19 +438,22 @@ def add(
         "kubeconfig": _read_kubeconfig(kubeconfig),
         "context": context,
     }
-    watch = _watch_body(kind, namespace, exclude_namespace)
+    watch = _watch_body(kind, namespace, exclude_namespace, owner_label, owner_annotation)
     if watch is not None:
         body["watch"] = watch
-    result = _call(
-        api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": str(dry_run).lower()}
-    )
+    preview = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+    report = preview["connectivity"]
     if dry_run:
-        if not _emit(result, output):
+        if not _emit(preview, output):
             out.print("[bold]dry run[/]: nothing stored")
-            _show_report(result["connectivity"])
-        if not result["connectivity"]["ok"]:
+            _show_report(report)
+        _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
+        if not report["ok"]:
             raise typer.Exit(2)
         return
+    _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
+    _check_reachable(report, body["id"], allow_unreachable=allow_unreachable)
+    result = _call(api_url, token, "POST", "/v1/clusters", json=body)
     if not _emit(result, output):
         out.print(f"registered [bold]{escape(result['id'])}[/] at revision {result['revision']}")
         _show_cluster(result)
@@ -319,26 +464,18 @@ def list_(
     label: Labels = None, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
 ) -> None:
     """List clusters with their health."""
-    rows: list[dict[str, Any]] = []
-    cursor: str | None = None
-    while True:
-        params: dict[str, Any] = {"limit": 1000, "label": label or []}
-        if cursor:
-            params["cursor"] = cursor
-        page = _call(api_url, token, "GET", "/v1/clusters", params=params)
-        rows += page["data"]
-        cursor = page.get("next_cursor")
-        if not cursor:
-            break
+    rows = _all_clusters(api_url, token, label)
     if _emit(rows, output):
         return
-    table = Table("ID", "NAME", "SERVER", "AUTH", "REV", "HEALTH", "OWNER", "LABELS")
+    table = Table("ID", "NAME", "SERVER", "AUTH", "CREDENTIALS", "REV", "HEALTH", "OWNER", "LABELS")
     for c in rows:
         health = c.get("health") or {}
         state = _health_state(health)
         labels = ",".join(f"{k}={v}" for k, v in c["labels"].items())
         table.add_row(
-            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"], str(c["revision"]))),
+            *map(escape, (c["id"], c["name"], c["server"], c["auth_method"])),
+            _credentials(c),
+            escape(str(c["revision"])),
             state,
             escape(health.get("owner") or "-"),
             escape(labels),
@@ -357,6 +494,29 @@ def get(
         _show_cluster(cluster)
 
 
+@clusters.command("health")
+def health_(
+    cluster_id: str, output: OutputOpt = Output.table, api_url: ApiUrl = DEFAULT_URL, token: Token = ""
+) -> None:
+    """A cluster's last health report (from its watcher) and when its credentials expire."""
+    cluster = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    data = {
+        "cluster_id": cluster["id"],
+        "health": cluster.get("health"),
+        "credentials_expire_at": cluster.get("credentials_expire_at"),
+        "credentials_state": cluster.get("credentials_state"),
+    }
+    if _emit(data, output):
+        return
+    table = Table(show_header=False, box=None)
+    health = cluster.get("health") or {}
+    table.add_row("[bold]state[/]", _health_state(health))
+    table.add_row("[bold]health[/]", _health(health))
+    table.add_row("[bold]owner[/]", escape(health.get("owner") or "-"))
+    table.add_row("[bold]credentials[/]", _credentials(cluster, long=True))
+    out.print(table)
+
+
 @clusters.command("update")
 def update(
     cluster_id: str,
@@ -366,17 +526,30 @@ def update(
     kind: Kinds = None,
     namespace: Namespaces = None,
     exclude_namespace: Excluded = None,
+    owner_label: OwnerLabel = None,
+    owner_annotation: OwnerAnnotation = None,
     context: Annotated[str | None, typer.Option("--context")] = None,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Change a cluster's metadata or watch options (labels given replace all labels)."""
+    """Change a cluster's metadata or watch options (labels given replace all labels; watch
+    options not given are kept)."""
+    watch: dict[str, Any] | None = None
+    expected_revision: int | None = None
+    if any(v is not None for v in (kind, namespace, exclude_namespace, owner_label, owner_annotation)):
+        current = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+        watch = _watch_body(
+            kind, namespace, exclude_namespace, owner_label, owner_annotation, current=current["watch"]
+        )
+        # Sent with the revision it was read at: a concurrent change is a 409, not overwritten.
+        expected_revision = current["revision"]
     body = {
         "name": name,
         "description": description,
         "labels": _labels(label),
-        "watch": _watch_body(kind, namespace, exclude_namespace),
+        "watch": watch,
         "context": context,
+        "expected_revision": expected_revision,
     }
     result = _call(
         api_url,
@@ -393,11 +566,29 @@ def rotate(
     cluster_id: str,
     kubeconfig: KubeconfigFile,
     context: Annotated[str | None, typer.Option("--context")] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Rotate even when the new kubeconfig names another API server")
+    ] = False,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
 ) -> None:
-    """Replace a cluster's kubeconfig (credential rotation)."""
+    """Replace a cluster's kubeconfig (credential rotation) for the same API server."""
     body = {"kubeconfig": _read_kubeconfig(kubeconfig), "context": context}
+    current = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
+    preview = _call(
+        api_url, token, "POST", "/v1/clusters", params={"dry_run": "true"},
+        json={"id": cluster_id, "name": current["name"], **body},
+    )  # fmt: skip
+    new_server = preview["cluster"]["server"]
+    if _server_key(new_server) != _server_key(current["server"]):
+        message = (
+            f"the new kubeconfig points at {new_server}, but {cluster_id} is registered at "
+            f"{current['server']}: rotating would make {cluster_id} another cluster (its jobs published "
+            f"as {cluster_id}'s)"
+        )
+        if not force:
+            raise _fail(f"{message}; nothing changed (pass --force if the cluster really moved)")
+        _warn(f"{message} (rotating anyway: --force)")
     result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
     fingerprint = result["connection_fingerprint"]
     out.print(f"rotated [bold]{cluster_id}[/]: revision {result['revision']}, fingerprint {fingerprint}")
@@ -527,6 +718,8 @@ def join(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Show the plan; create and register nothing")
     ] = False,
+    force: Force = False,
+    allow_unreachable: AllowUnreachable = False,
     output: OutputOpt = Output.table,
     api_url: ApiUrl = DEFAULT_URL,
     token: Token = "",
@@ -545,6 +738,7 @@ def join(
         )
     except joining.JoinError as exc:
         raise _fail(str(exc)) from None
+    _check_duplicate_server(api_url, token, op.server, cid, force=force)
     objects = joining.plan(options)
     credential = (
         "service-account-token Secret (no expiry)" if secret_token else f"TokenRequest ({token_lifetime})"
@@ -583,12 +777,14 @@ def join(
         "context": cid,
     }
     report = _registry_dry_run(api_url, token, body)
-    if not report["ok"]:
-        _show_report(report)
+    if not report["ok"] and not allow_unreachable:
+        _show_report(report, console=err)
         raise _fail(
-            f"the registry cannot use the new credentials: {report.get('error')}; "
-            f"nothing registered (`trainwatch clusters leave {cid} --context {context}` removes the objects)"
+            f"the registry cannot use the new credentials: {report.get('error')}; nothing registered "
+            f"(`trainwatch clusters leave {cid} --context {context}` removes the objects; "
+            "--allow-unreachable registers anyway, e.g. when only the watchers' network reaches the cluster)"
         )
+    _check_reachable(report, cid, allow_unreachable=allow_unreachable)
     registered = _call(api_url, token, "POST", "/v1/clusters", json=body)
     result["revision"] = registered["revision"]
     result["token_expires_at"] = minted.expires_at.isoformat() if minted.expires_at else None
@@ -671,6 +867,238 @@ def rotate_token(
             f"rotated the token of [bold]{cluster_id}[/]: revision {result['revision']}, expires {expires}",
             highlight=False,
         )
+
+
+# -- jobs: the persister's query API ---------------------------------------------------------
+
+QueryUrl = Annotated[
+    str,
+    typer.Option(
+        "--query-url", envvar="TRAINWATCH_QUERY_URL", help="The persister's query API (jobs) base URL"
+    ),
+]
+DEFAULT_QUERY_URL = "http://127.0.0.1:8082"
+QUERY_API = "the query API (the persister; --query-url or TRAINWATCH_QUERY_URL)"
+# The query API's largest page.
+JOBS_PAGE = 500
+_PHASES = {phase.value.lower(): phase.value for phase in Phase}
+_SINCE = re.compile(r"^(\d+)\s*([smhd])$")
+_SINCE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _phase(value: str) -> str:
+    """A phase as the API spells it (Running); any case accepted, anything else refused here."""
+    try:
+        return _PHASES[value.lower()]
+    except KeyError:
+        raise typer.BadParameter(f"{value!r} is not a phase: {', '.join(_PHASES.values())}") from None
+
+
+def _phase_names(incomplete: str) -> list[str]:
+    return [phase for phase in _PHASES.values() if phase.lower().startswith(incomplete.lower())]
+
+
+def _since(value: str) -> str:
+    """``30m``, ``2h``, ``7d`` back from now, or a time (ISO 8601, UTC without a zone) -> ISO time."""
+    if match := _SINCE.match(value.strip()):
+        moment = datetime.now(UTC) - timedelta(seconds=int(match.group(1)) * _SINCE_UNITS[match.group(2)])
+        return moment.isoformat()
+    try:
+        moment = datetime.fromisoformat(value.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{value!r} is neither a duration (30m, 2h, 7d) nor a time (2026-11-30T08:00)"
+        ) from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _ago(moment: str | None) -> str:
+    if not moment:
+        return "-"
+    seconds = (datetime.now(UTC) - datetime.fromisoformat(moment)).total_seconds()
+    return f"{_in_words(seconds)} ago" if seconds >= 0 else moment
+
+
+def _phase_text(job: dict[str, Any]) -> str:
+    sub = job.get("sub_phase")
+    return f"{job['phase']} ({sub})" if sub else str(job["phase"])
+
+
+@jobs.command("list")
+def jobs_list(
+    cluster: Annotated[
+        list[str] | None, typer.Option("--cluster", "-c", help="Cluster id; repeatable")
+    ] = None,
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Kind key, e.g. pytorchjob; repeatable")
+    ] = None,
+    phase: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--phase", help="Phase (any case); repeatable", parser=_phase, autocompletion=_phase_names
+        ),
+    ] = None,
+    namespace: Annotated[list[str] | None, typer.Option("--namespace", "-n", help="Repeatable")] = None,
+    owner: Annotated[str | None, typer.Option("--owner", help="Owner, exactly")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Part of the job name (any case)")] = None,
+    label: Labels = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Changed since: 30m, 2h, 7d, or a time (UTC without a zone)", parser=_since
+        ),
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Most jobs shown (newest change first)")] = 100,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """List jobs, newest change first, from the persister's query API."""
+    params: dict[str, Any] = {
+        "cluster": cluster or [],
+        "kind": kind or [],
+        "phase": phase or [],
+        "namespace": namespace or [],
+        "label": label or [],
+    }
+    for key, value in (("owner", owner), ("name", name), ("updated_after", since)):
+        if value is not None:
+            params[key] = value
+    rows: list[dict[str, Any]] = []
+    total = 0
+    cursor: str | None = None
+    while len(rows) < limit:
+        page_params = {**params, "limit": min(JOBS_PAGE, limit - len(rows))}
+        if cursor:
+            page_params["cursor"] = cursor
+        page = _call(query_url, token, "GET", "/v1/jobs", service=QUERY_API, params=page_params)
+        rows += page["data"]
+        total = page["total"]
+        cursor = page.get("next_cursor")
+        if not cursor:
+            break
+    if _emit(rows, output):
+        return
+    table = Table("CLUSTER", "NAMESPACE", "NAME", "KIND", "PHASE", "OWNER", "UPDATED", "UID")
+    for job in rows:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    job["cluster_id"], job["namespace"], job["name"], job["kind_key"], _phase_text(job),
+                    job.get("owner") or "-", _ago(job["updated_at"]), job["uid"],
+                ),
+            )
+        )  # fmt: skip
+    out.print(table)
+    out.print(f"{len(rows)} of {total} job(s)" if total > len(rows) else f"{len(rows)} job(s)")
+
+
+def _find_job(query_url: str, token: str, cluster_id: str, job: str, namespace: str | None) -> dict[str, Any]:
+    """The job named ``job`` (or with that uid) in ``cluster_id``, with its transitions."""
+    params: dict[str, Any] = {"cluster": [cluster_id], "name": job, "limit": JOBS_PAGE}
+    if namespace:
+        params["namespace"] = [namespace]
+    page = _call(query_url, token, "GET", "/v1/jobs", service=QUERY_API, params=params)
+    named = [j for j in page["data"] if j["name"] == job]  # the filter is a substring match
+    if len(named) > 1:
+        where = ", ".join(sorted(f"{j['namespace']} (uid {j['uid']})" for j in named))
+        raise _fail(
+            f"{len(named)} jobs are named {job!r} in {cluster_id}: in {where}; pass --namespace or the uid"
+        )
+    uid = named[0]["uid"] if named else job
+    try:
+        with _client(query_url, token) as client:
+            response = client.get(f"/v1/jobs/{quote(cluster_id, safe='')}/{quote(uid, safe='')}")
+    except httpx.HTTPError as exc:
+        raise _fail(f"cannot reach {QUERY_API} at {query_url}: {exc}") from None
+    if response.status_code == 404:
+        in_namespace = f" in namespace {namespace}" if namespace else ""
+        raise _fail(f"no job named {job!r} (nor with that uid) in cluster {cluster_id!r}{in_namespace}")
+    if response.status_code >= 400:
+        raise _fail(_explain(response))
+    found: dict[str, Any] = response.json()
+    return found
+
+
+JobArg = Annotated[str, typer.Argument(help="The job's name (or uid)")]
+ClusterArg = Annotated[str, typer.Argument(help="The cluster id")]
+JobNamespace = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="When names repeat across namespaces")
+]
+
+
+@jobs.command("get")
+def jobs_get(
+    cluster_id: ClusterArg,
+    job: JobArg,
+    namespace: JobNamespace = None,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """Show one job's current state and diagnosis."""
+    found = _find_job(query_url, token, cluster_id, job, namespace)
+    if _emit({k: v for k, v in found.items() if k != "transitions"}, output):
+        return
+    diagnosis = found.get("diagnosis") or {}
+    why = f"{diagnosis['category']} ({diagnosis['blame']}): {diagnosis['summary']}" if diagnosis else "-"
+    history = f"{len(found.get('transitions') or [])} (trainwatch jobs timeline {cluster_id} {found['name']})"
+    rows = [
+        ("cluster", found["cluster_id"]),
+        ("namespace", found["namespace"]),
+        ("name", found["name"]),
+        ("uid", found["uid"]),
+        ("kind", f"{found['kind']} ({found['api_version']})"),
+        ("phase", _phase_text(found) + (" (finished)" if found["terminal"] else "")),
+        ("reason", found.get("reason") or "-"),
+        ("message", found.get("message") or "-"),
+        ("owner", found.get("owner") or "-"),
+        ("queue", found.get("queue") or "-"),
+        ("labels", ", ".join(f"{k}={v}" for k, v in found["labels"].items())),
+        ("restarts", str(found["restart_count"])),
+        ("created", found["created_at"]),
+        ("started", found.get("started_at") or "-"),
+        ("finished", found.get("finished_at") or "-"),
+        ("updated", f"{found['updated_at']} ({_ago(found['updated_at'])})"),
+        ("deleted", found.get("deleted_at") or "-"),
+        ("diagnosis", why),
+        ("transitions", history),
+    ]  # fmt: skip
+    table = Table(show_header=False, box=None)
+    for key, value in rows:
+        table.add_row(f"[bold]{key}[/]", escape(value))
+    out.print(table)
+
+
+@jobs.command("timeline")
+def jobs_timeline(
+    cluster_id: ClusterArg,
+    job: JobArg,
+    namespace: JobNamespace = None,
+    output: OutputOpt = Output.table,
+    query_url: QueryUrl = DEFAULT_QUERY_URL,
+    token: Token = "",
+) -> None:
+    """A job's transitions, oldest first: phase, change, reason and message of each."""
+    found = _find_job(query_url, token, cluster_id, job, namespace)
+    transitions = sorted(found.get("transitions") or [], key=lambda t: (t["epoch"], t["sequence"]))
+    ref = {k: found[k] for k in ("cluster_id", "namespace", "name", "uid")}
+    if _emit({**ref, "transitions": transitions}, output):
+        return
+    table = Table("OBSERVED", "SEQ", "CHANGE", "PHASE", "REASON", "MESSAGE")
+    for t in transitions:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    t["observed_at"], str(t["sequence"]), t["change"], _phase_text(t), t.get("reason") or "",
+                    t.get("message") or "",
+                ),
+            )
+        )  # fmt: skip
+    out.print(f"{found['namespace']}/{found['name']} in {found['cluster_id']}", markup=False, highlight=False)
+    out.print(table)
 
 
 def main() -> None:

@@ -136,6 +136,9 @@ class HealthPublic(BaseModel):
     )
 
 
+CredentialsState = Literal["ok", "expiring", "expired"]
+
+
 class ClusterPublic(BaseModel):
     id: str
     name: str
@@ -150,6 +153,11 @@ class ClusterPublic(BaseModel):
         None,
         description="When the registered token expires (a JWT's exp claim, e.g. a TokenRequest token "
         "from `trainwatch clusters join`); null when unknown or never. Renew with rotate-token.",
+    )
+    credentials_state: CredentialsState | None = Field(
+        None,
+        description="expired, expiring (within TRAINWATCH_REGISTRY_CREDENTIALS_WARNING_DAYS, as the "
+        "trainwatch_registry_credentials_expiring gauge counts) or ok; null when credentials_expire_at is",
     )
     revision: int
     source: str

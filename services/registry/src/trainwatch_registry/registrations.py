@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -42,6 +42,7 @@ from trainwatch_registry.models import (
     ClusterPublic,
     ClustersPublic,
     ClusterUpdate,
+    CredentialsState,
     HealthPublic,
 )
 from trainwatch_registry.repository import ClusterRow
@@ -84,7 +85,30 @@ def spec_of(row: ClusterRow) -> ClusterSpec:
     )
 
 
-def public_of(row: ClusterRow, health: dict[str, Any] | None = None) -> ClusterPublic:
+# The default of TRAINWATCH_REGISTRY_CREDENTIALS_WARNING_DAYS.
+DEFAULT_CREDENTIALS_WARNING = timedelta(days=14)
+
+
+def credentials_state(
+    expire_at: datetime | None, *, now: datetime, warning: timedelta
+) -> CredentialsState | None:
+    """``expired``, ``expiring`` (within ``warning``: the rule of the credentials_expiring gauge)
+    or ``ok``; None when the credentials have no known expiry."""
+    if expire_at is None:
+        return None
+    if expire_at <= now:
+        return "expired"
+    if expire_at < now + warning:
+        return "expiring"
+    return "ok"
+
+
+def public_of(
+    row: ClusterRow,
+    health: dict[str, Any] | None = None,
+    *,
+    credentials_warning: timedelta = DEFAULT_CREDENTIALS_WARNING,
+) -> ClusterPublic:
     return ClusterPublic(
         id=row.id,
         name=row.name,
@@ -96,6 +120,9 @@ def public_of(row: ClusterRow, health: dict[str, Any] | None = None) -> ClusterP
         auth_method=row.auth_method or "",
         connection_fingerprint=row.connection_fingerprint or "",
         credentials_expire_at=row.credentials_expire_at,
+        credentials_state=credentials_state(
+            row.credentials_expire_at, now=_now(), warning=credentials_warning
+        ),
         revision=row.revision,
         source=row.source,
         created_at=row.created_at,
@@ -133,11 +160,16 @@ class Registry:
         encryptor: Encryptor,
         policy: IntakePolicy,
         on_commit: Callable[[], None] = lambda: None,
+        credentials_warning: timedelta = DEFAULT_CREDENTIALS_WARNING,
     ) -> None:
         self._engine = engine
         self._encryptor = encryptor
         self.policy = policy
         self._on_commit = on_commit  # wakes the outbox relay
+        self._credentials_warning = credentials_warning
+
+    def _public_of(self, row: ClusterRow, health: dict[str, Any] | None = None) -> ClusterPublic:
+        return public_of(row, health, credentials_warning=self._credentials_warning)
 
     def intake(self, kubeconfig: str, context: str | None) -> SanitizedKubeconfig:
         """Validate and reduce a kubeconfig; raises KubeconfigRefused. Pure: touches nothing."""
@@ -164,7 +196,7 @@ class Registry:
         sanitized = self.intake(body.kubeconfig.get_secret_value(), body.context)
         now = _now()
         row = self._new_row(body, sanitized, revision=1, source="api", now=now)
-        return sanitized, public_of(row)
+        return sanitized, self._public_of(row)
 
     def _new_row(
         self,
@@ -216,7 +248,7 @@ class Registry:
         except IntegrityError:
             raise ClusterConflict(f"cluster {body.id!r} is already registered") from None
         self._on_commit()
-        return public_of(row)
+        return self._public_of(row)
 
     async def update(self, cluster_id: str, body: ClusterUpdate) -> ClusterPublic:
         """Apply a partial update; a write that loses a race is retried on the newer revision,
@@ -301,7 +333,7 @@ class Registry:
             if row is None:
                 raise ClusterNotFound(cluster_id)
             health = await repository.health_of(conn, [row.id])
-        return public_of(row, health.get(row.id))
+        return self._public_of(row, health.get(row.id))
 
     async def row(self, cluster_id: str, *, include_deleted: bool = False) -> ClusterRow | None:
         async with self._engine.connect() as conn:
@@ -310,7 +342,7 @@ class Registry:
     async def _public(self, row: ClusterRow) -> ClusterPublic:
         async with self._engine.connect() as conn:
             health = await repository.health_of(conn, [row.id])
-        return public_of(row, health.get(row.id))
+        return self._public_of(row, health.get(row.id))
 
     async def list(self, *, limit: int, cursor: str | None, labels: dict[str, str]) -> ClustersPublic:
         async with self._engine.connect() as conn:
@@ -325,7 +357,9 @@ class Registry:
             health = await repository.health_of(conn, [row.id for row in page])
         next_cursor = page[-1].id if len(page) == limit and page else None
         return ClustersPublic(
-            data=[public_of(row, health.get(row.id)) for row in page], total=total, next_cursor=next_cursor
+            data=[self._public_of(row, health.get(row.id)) for row in page],
+            total=total,
+            next_cursor=next_cursor,
         )
 
     async def health(self, cluster_id: str) -> HealthPublic | None:
