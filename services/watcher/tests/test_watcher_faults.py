@@ -300,3 +300,65 @@ async def test_a_jobs_events_stay_in_order_when_a_publish_is_lost_in_an_outage(
         await proxy.close()
         with contextlib.suppress(Exception):
             await nc.close()
+
+
+async def test_a_handoff_while_a_jobs_next_event_waits_for_its_previous_one_still_commits_it(
+    nats_process: NatsServer,
+    redis_url: str,
+    sim: kubesim.Simulator,
+    redis: Redis,
+) -> None:
+    """A graceful stop cancels the consumer while it waits for a job's previous event to be
+    stored; the commit stage must still confirm and checkpoint that event (it once failed
+    setting the result of the cancelled waiter: InvalidStateError)."""
+    proxy = TcpProxy("127.0.0.1", int(nats_process.url.rsplit(":", 1)[1]))
+    await proxy.start()
+    nc = await nats.connect(nats_process.url)
+    events = JobEvents(nc)
+    try:
+        await ensure_streams(nc.jetstream())
+        await events.start()
+        registry = FakeRegistry(nc)
+        watcher = RunningWatcher(
+            make_settings(f"nats://127.0.0.1:{proxy.port}", redis_url, publish_ack_timeout=1.0), registry
+        )
+        alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB])
+        await registry.add(alpha)
+        await watcher.start()
+        try:
+            await watcher.wait_synced("alpha", informers=1)
+            spec = alpha.store.spec(kubesim.PYTORCHJOB)
+            uid = alpha.store.create(spec, manifests.manifest(spec, "handoff", "default"), drop_status=True)[
+                "metadata"
+            ]["uid"]
+            await eventually(
+                lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0],
+                message="the job's first event stored",
+            )
+            informer = next(iter(watcher.worker("alpha").informers.values()))
+            proxy.blackhole()
+            running = {"conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}]}
+            alpha.store.replace_status(spec, "default", "handoff", running)
+            await eventually(lambda: b"handoff" in proxy.swallowed, message="the Running event sent, lost")
+            done = {"conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]}
+            alpha.store.replace_status(spec, "default", "handoff", done)
+            await eventually(lambda: bool(informer._confirmed), message="the Succeeded waits for the Running")
+            draining = asyncio.create_task(informer.stop_consuming_and_drain(), name="drain")
+            proxy.cut()  # the Running is resent on the new connection and acknowledged
+            await asyncio.wait_for(draining, 20)
+            assert informer._committer is not None
+            assert not informer._committer.done(), "the commit stage failed instead of committing"
+            await eventually(
+                lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0, 1],
+                message="the Running stored",
+            )
+            checkpoint = await redis.hget(state_key("alpha", "pytorchjob"), f"u:{uid}")
+            assert checkpoint is not None
+            assert b"Running" in checkpoint
+        finally:
+            await watcher.stop()
+    finally:
+        await events.stop()
+        await proxy.close()
+        with contextlib.suppress(Exception):
+            await nc.close()

@@ -573,7 +573,8 @@ class Informer(WatchHooks):
         if self._unconfirmed.get(pending.subject) is pending:
             del self._unconfirmed[pending.subject]
             confirmed = self._confirmed.pop(pending.subject, None)
-            if confirmed is not None:
+            # Done already when its waiter was cancelled (a handoff stops the consumer first).
+            if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
 
     # -- committing ---------------------------------------------------------------------------
