@@ -224,6 +224,11 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
             diagnosis_ready_timeout=300,
         )
         app = WatcherApp(settings, connections=connections, feed_factory=lambda nc: FixedFeed())
+        traced = bool(os.environ.get("BENCH_TRACEMALLOC"))
+        if traced:  # where the watcher's memory is after the listing (slows the listing down)
+            import tracemalloc
+
+            tracemalloc.start(int(os.environ["BENCH_TRACEMALLOC"]))
         before = rss_mb()
         stop = asyncio.Event()
         task = asyncio.create_task(app.run(stop), name="bench watcher")
@@ -246,6 +251,21 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
         sync_s, sync_cpu = time.perf_counter() - started, time.process_time() - cpu0
         await settle()
         gc.collect()
+        if traced:
+            snapshot = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            total = sum(stat.size for stat in snapshot.statistics("filename"))
+            print(
+                f"--- tracemalloc after the listing, diagnosis {'on' if diagnosis else 'off'}: "
+                f"{total / 2**20:.1f} MiB traced",
+                flush=True,
+            )
+            frames = int(os.environ["BENCH_TRACEMALLOC"])
+            for stat in snapshot.statistics("traceback" if frames > 1 else "lineno")[:30]:
+                print(stat, flush=True)
+                if frames > 1:
+                    for line in stat.traceback.format()[-6:]:
+                        print("    ", line, flush=True)
         conn.send(
             {
                 "rss": rss_mb(),

@@ -208,9 +208,12 @@ def test_a_job_event_rereads_the_spec_only_when_its_generation_moved_and_pods_on
     diagnoser.close()
 
 
-def test_a_cached_pod_costs_under_a_kilobyte() -> None:
+def test_a_cached_pod_costs_under_half_a_kilobyte() -> None:
     """What the cache holds per pod (its PodEvidence, the selector labels, the indexes), measured
-    by tracemalloc over 1000 pods of 100 jobs (issue 16: at most 1 KB per cached pod)."""
+    by tracemalloc over 1000 pods of 100 jobs. Issue 16 allows 1 KB per cached pod in the
+    process's RSS, which also pays for the heap the listing's decode leaves behind (bench/diagnosis):
+    the cache itself keeps to half of that (~330 B here; 620 B with a dict of labels, a
+    (namespace, name) tuple and a set per index key)."""
     blobs = [
         orjson.dumps(kubeflow_pod(f"job-{j:04d}", i, reason="OOMKilled" if i == 3 else None))
         for j in range(100)
@@ -228,7 +231,7 @@ def test_a_cached_pod_costs_under_a_kilobyte() -> None:
         tracemalloc.stop()
     per_pod = sum(stat.size_diff for stat in after.compare_to(before, "filename")) / len(decoded)
     assert cache.pod_count == 1000
-    assert per_pod < 1024, per_pod
+    assert per_pod < 512, per_pod
 
 
 def _diagnosis() -> Diagnosis:

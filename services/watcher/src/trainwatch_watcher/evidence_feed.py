@@ -198,6 +198,7 @@ class EvidenceFeed:
             target=WatchTarget(source.kind, None, source.label_selector, source.field_selector),
             timings=self._timings,
             hooks=hooks,
+            collect_uids=False,  # the cache forgets what a relist did not list by name (``listed``)
         )
         listed: set[ObjectKey] = set()
         cache = self.cache

@@ -99,7 +99,9 @@ class JobDiagnoser:
         self._logs = logs
         self._options = options
         self._tracked: dict[str, Tracked] = {}
-        self._by_key: dict[str, set[str]] = {}
+        # key -> uids of the jobs whose links name it: a tuple, as a key has one job or a few (a
+        # set of one is 216 bytes, a tuple 48).
+        self._by_key: dict[str, tuple[str, ...]] = {}
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self._unsubscribe = cache.subscribe(self._on_keys)
@@ -111,7 +113,7 @@ class JobDiagnoser:
         for key in keys:
             uids = self._by_key.get(key)
             if uids:
-                self.dirty |= uids
+                self.dirty.update(uids)
                 for uid in uids:
                     tracked = self._tracked.get(uid)
                     if tracked is not None:
@@ -167,8 +169,7 @@ class JobDiagnoser:
             tracked.keys = links.keys()
             if old is not None:
                 self._unindex(uid, old.keys - tracked.keys)
-            for key in tracked.keys:
-                self._by_key.setdefault(key, set()).add(uid)
+            self._index(uid, tracked.keys)
         self._tracked[uid] = tracked
         return tracked
 
@@ -181,8 +182,7 @@ class JobDiagnoser:
             return
         keys = links.keys()
         self._unindex(uid, tracked.keys - keys)
-        for key in keys:
-            self._by_key.setdefault(key, set()).add(uid)
+        self._index(uid, keys)
         tracked.links, tracked.keys = links, keys
         tracked.pods = tracked.events = None
         self.dirty.add(uid)
@@ -194,12 +194,20 @@ class JobDiagnoser:
             self._unindex(uid, old.keys)
         self.dirty.discard(uid)
 
+    def _index(self, uid: str, keys: set[str]) -> None:
+        for key in keys:
+            uids = self._by_key.get(key, ())
+            if uid not in uids:
+                self._by_key[key] = (*uids, uid)
+
     def _unindex(self, uid: str, keys: set[str]) -> None:
         for key in keys:
             uids = self._by_key.get(key)
-            if uids is not None:
-                uids.discard(uid)
-                if not uids:
+            if uids is not None and uid in uids:
+                rest = tuple(u for u in uids if u != uid)
+                if rest:
+                    self._by_key[key] = rest
+                else:
                     del self._by_key[key]
 
     def diagnose(self, uid: str, now: datetime) -> Diagnosis | None:
