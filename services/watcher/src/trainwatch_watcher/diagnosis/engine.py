@@ -358,6 +358,8 @@ def _ts(value: datetime | None) -> float:
 def pod_finding(pod: PodEvidence, *, include_past: bool) -> Finding | None:
     """The strongest explanation one pod gives (``include_past``: count containers that failed
     and were restarted, for a job that is failing or restarting)."""
+    if not pod.containers and not pod.conditions and pod.reason is None:
+        return None  # a healthy pod (trim_pod keeps nothing of it): most pods, on every job event
     containers = [f for c in pod.containers if (f := _container_finding(pod, c, include_past)) is not None]
     oom = [f for f in containers if f.category is C.OOM_KILLED]
     if oom:

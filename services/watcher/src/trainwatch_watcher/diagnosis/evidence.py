@@ -71,7 +71,8 @@ def _int(value: object) -> int | None:
 
 
 def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # A decoded JSON object is a dict: tested first, as isinstance(Mapping) goes through the ABC.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _list(value: object) -> Sequence[Any]:
@@ -205,7 +206,7 @@ class JobEvidence:
 def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE) -> tuple[Condition, ...]:
     out = []
     for item in _list(items):
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             continue
         type_ = _word(item.get("type"))
         status = _word(item.get("status"))
