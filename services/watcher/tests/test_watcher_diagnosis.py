@@ -30,9 +30,7 @@ COMPARED = ("category", "role", "pod", "container", "exit_code", "signal", "node
 #   pod-level categories: the engine names the pod, not a container (the truth names its main one);
 POD_LEVEL = {"Preempted", "Evicted", "NodeFailure", "Unschedulable", "GangWaiting", "QuotaExceeded"}
 #   BackoffLimitExceeded: the engine reports the root cause (the truth's ``cause``, or CrashLoop for
-#   Kubeflow's in-place restarts) with the backoff limit in its summary, from the first failed pod;
-#   a JobSet's DeadlineExceeded lives on its child Jobs, which the watcher does not read.
-CHILD_JOB_VERDICT = {("JobSet", "DeadlineExceeded")}
+#   Kubeflow's in-place restarts) with the backoff limit in its summary, from the first failed pod.
 
 
 def _categories() -> list[str]:
@@ -66,8 +64,6 @@ def _want(truth: kubesim.DiagnosisTruth, got: dict[str, object]) -> dict[str, ob
             if got.get("category") in (truth.cause, "CrashLoop")
             else truth.cause
         }
-    if (truth.kind, category) in CHILD_JOB_VERDICT:
-        want = {}
     return want
 
 
