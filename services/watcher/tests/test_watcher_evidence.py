@@ -140,7 +140,7 @@ def test_a_cluster_without_kueue_or_volcano_watches_pods_of_its_kinds_and_warnin
         {"workload", "podgroup-volcano", "podgroup-coscheduling"},
     )
     assert len([k for k in every if k.startswith("pods/")]) == len(KIND_POD_SELECTORS) == 6
-    assert len(every) == 10
+    assert len(every) == 11  # and the Kueue queue positions refresher
     assert every["events"].field_selector == "type=Warning"
     assert evidence_sources(set(), {"workload"}) == {}  # no job kind watched: nothing to diagnose
 

@@ -17,6 +17,7 @@ recomputes exactly the jobs whose evidence moved.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -375,6 +376,54 @@ class EvidenceCache:
             index[uid] = trimmed  # type: ignore[assignment]
             keys.add(f"uid={uid}")
         return keys
+
+    # -- Kueue queue positions ------------------------------------------------------------------
+    def pending_queues(self) -> set[ObjectKey]:
+        """(namespace, LocalQueue) of every cached Workload that has no quota reserved yet: the
+        queues whose positions move when any Workload is admitted, finishes, arrives or leaves."""
+        queues: set[ObjectKey] = set()
+        for what, namespace, name in self._owned:
+            if what != "workload":
+                continue
+            workload = self._workload(namespace, name)
+            if workload is None or workload.queue is None:
+                continue
+            reserved = workload.condition("QuotaReserved")
+            finished = workload.condition("Finished")
+            if not (reserved is not None and reserved.status == "True") and not (
+                finished is not None and finished.status == "True"
+            ):
+                queues.add((namespace, workload.queue))
+        return queues
+
+    def set_queue_positions(self, namespace: str, name: str, pending: Mapping[str, Any]) -> None:
+        """Kueue's visibility API gave a pending Workload's positions (its ``pendingworkloads``
+        item): a position that moved wakes the Workload's jobs. Positions of a Workload move
+        without the Workload changing (those ahead were admitted), so its watch never says so."""
+        owned = self._owned.get(("workload", namespace, name))
+        workload = self._workload(namespace, name)
+        if owned is None or workload is None:
+            return
+        local = pending.get("positionInLocalQueue")
+        cluster = pending.get("positionInClusterQueue")
+        moved = dataclasses.replace(
+            workload,
+            position_in_local_queue=local if isinstance(local, int) and local >= 0 else None,
+            position_in_cluster_queue=cluster if isinstance(cluster, int) and cluster >= 0 else None,
+        )
+        if moved == workload:
+            return
+        keys: set[str] = set()
+        for uid in owned.owners:
+            self._workloads[uid] = moved
+            keys.add(f"uid={uid}")
+        self._notify(keys)
+
+    def _workload(self, namespace: str, name: str) -> KueueWorkload | None:
+        owned = self._owned.get(("workload", namespace, name))
+        if owned is None or not owned.owners:
+            return None
+        return self._workloads.get(owned.owners[0])
 
     # -- reading one job's evidence -------------------------------------------------------------
     def pods_of(self, links: JobLinks) -> list[PodEvidence]:

@@ -41,6 +41,9 @@ OPTIONAL_KINDS = (WORKLOAD, VOLCANO_PODGROUP, COSCHEDULING_PODGROUP)
 
 # Seconds before Kueue's visibility API is asked again after it did not answer.
 VISIBILITY_RETRY = 60.0
+# Seconds a change of Workloads waits before the pending queues' positions are asked again, so
+# that a burst of admissions costs one round of visibility calls, not one per Workload.
+POSITIONS_SETTLE = 0.5
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 
 # Job kind key -> the pod selector families (KIND_POD_SELECTORS) its pods are found by.
@@ -63,7 +66,9 @@ POD_FAMILIES: dict[str, tuple[str, ...]] = {
 class Source:
     """One evidence watch."""
 
-    what: str  # pod | event | workload | podgroup | logs (the log tail fetcher, not a watch)
+    # pod | event | workload | podgroup; logs (the log tail fetcher) and positions (Kueue queue
+    # positions, asked again when Workloads move) are not watches.
+    what: str
     kind: JobKind
     label_selector: str | None = None
     field_selector: str | None = None
@@ -88,6 +93,7 @@ def evidence_sources(
         served = set(optional)
         if WORKLOAD.key in served:
             sources["workloads"] = Source("workload", WORKLOAD)
+            sources["positions"] = Source("positions", WORKLOAD)
         for kind in (VOLCANO_PODGROUP, COSCHEDULING_PODGROUP):
             if kind.key in served:
                 sources[kind.key] = Source("podgroup", kind)
@@ -134,6 +140,7 @@ class EvidenceFeed:
         self._tasks: TaskMap[str, Source] = TaskMap(self._run, lambda key: f"evidence {cluster_id}/{key}")
         self._changed = asyncio.Event()
         self._visibility_off_until = 0.0
+        self._workloads_moved = asyncio.Event()
 
     async def reconcile(self, sources: dict[str, Source]) -> None:
         for key in list(self._status):
@@ -152,7 +159,7 @@ class EvidenceFeed:
         return all(
             s.synced or s.error is not None
             for key, s in self._status.items()
-            if key != "logs"  # fetches on demand: nothing to list
+            if key not in ("logs", "positions")  # fetch on demand: nothing to list
         )
 
     async def wait_ready(self, timeout: float) -> None:
@@ -191,6 +198,9 @@ class EvidenceFeed:
             if self.logs is not None:
                 await self.logs.run()
             return
+        if source.what == "positions":
+            await self._refresh_positions()
+            return
         status = self._status.setdefault(key, _SourceStatus())
         hooks = _Hooks(status, self._changed)
         watcher = Watcher(
@@ -223,11 +233,29 @@ class EvidenceFeed:
             if source.what == "workload" and event_type != "DELETED":
                 pending = await self._queue_position(obj)
             cache.apply(source.what, key, str(event_type), obj, pending)
+            if source.what == "workload" and not watcher.listing:
+                self._workloads_moved.set()  # the others' positions may have moved with it
+
+    async def _refresh_positions(self) -> None:
+        """After Workloads changed (admitted, finished, created, deleted): ask the visibility API
+        again for every LocalQueue with a pending Workload, and put the positions that moved."""
+        while True:
+            await self._workloads_moved.wait()
+            await asyncio.sleep(POSITIONS_SETTLE)
+            self._workloads_moved.clear()
+            for namespace, queue in sorted(self.cache.pending_queues()):
+                items = await self._pending_workloads(namespace, queue)
+                if items is None:
+                    break  # not answering: asked again after VISIBILITY_RETRY, on the next change
+                for item in items:
+                    name = (item.get("metadata") or {}).get("name")
+                    if isinstance(name, str):
+                        self.cache.set_queue_positions(namespace, name, item)
 
     async def _queue_position(self, workload: dict[str, Any]) -> dict[str, Any] | None:
         """A pending Workload's item of Kueue's visibility API (its positions), when it answers.
 
-        Asked when the Workload changes (positions of others move without that: not refreshed).
+        Asked when the Workload changes; when others change, ``_refresh_positions`` asks again.
         A server without the API (404) or credentials without it (403) are not asked again for
         ``VISIBILITY_RETRY`` seconds."""
         if time.monotonic() < self._visibility_off_until:
@@ -244,6 +272,17 @@ class EvidenceFeed:
         namespace, name, queue = metadata.get("namespace"), metadata.get("name"), spec.get("queueName")
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(queue, str) and queue):
             return None
+        items = await self._pending_workloads(namespace, queue)
+        for item in items or ():
+            if (item.get("metadata") or {}).get("name") == name:
+                return item
+        return None
+
+    async def _pending_workloads(self, namespace: str, queue: str) -> list[dict[str, Any]] | None:
+        """The visibility API's pending Workloads of one LocalQueue; None when it does not answer
+        (and then it is not asked for ``VISIBILITY_RETRY`` seconds)."""
+        if time.monotonic() < self._visibility_off_until:
+            return None
         path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
         try:
             async with asyncio.timeout(self._timings.connect_timeout):
@@ -256,10 +295,7 @@ class EvidenceFeed:
             )
             return None
         items = answer.get("items")
-        for item in items if isinstance(items, list) else ():
-            if isinstance(item, dict) and (item.get("metadata") or {}).get("name") == name:
-                return item
-        return None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
 
 class _Hooks(WatchHooks):
