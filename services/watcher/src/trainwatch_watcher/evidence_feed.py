@@ -10,6 +10,7 @@ cluster's health ("diagnosis unavailable: forbidden to list pods"); job watching
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Iterable
@@ -220,6 +221,8 @@ class EvidenceFeed:
                 listed = set()
                 status.synced = True
                 self._changed.set()
+                if source.what == "pod":
+                    _freeze_long_lived()
                 continue
             obj = item.get("object")
             event_type = item.get("type")
@@ -296,6 +299,16 @@ class EvidenceFeed:
             return None
         items = answer.get("items")
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _freeze_long_lived() -> None:
+    """A pod listing just filled the cache with objects that live as long as their pods: moved out
+    of the cyclic collector's generations (after a collection, so no garbage is kept), so that its
+    full collections stop traversing them. With 100k cached pods those collections were half of
+    what diagnosis added to the CPU of a job-status churn (bench/diagnosis). Refcounting still
+    frees them when their pods go; what is cached later is collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Hooks(WatchHooks):
