@@ -76,7 +76,12 @@ def _resources_json(obj: Mapping[str, Any], kind_key: str) -> dict[str, Any] | N
     return resources.model_dump(mode="json", exclude_none=True)
 
 
-def _event_metadata(metadata: Mapping[str, Any], options: WatchOptions) -> dict[str, Any]:
+def _event_metadata(
+    metadata: Mapping[str, Any], options: WatchOptions, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The labels and annotation a diagnosis update's event selects, and the resourceVersion.
+    ``previous`` (the job's last one, held by its Tracked only) is updated and returned when its
+    labels and annotation are the same: a status change then leaves no new dicts to collect."""
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
     keep = set(options.selected_labels) | ({options.owner_label} if options.owner_label else set())
     out: dict[str, Any] = {"labels": {k: v for k, v in labels.items() if k in keep}}  # type: ignore[union-attr]
@@ -85,6 +90,13 @@ def _event_metadata(metadata: Mapping[str, Any], options: WatchOptions) -> dict[
         value = annotations.get(options.owner_annotation)
         if value is not None:
             out["annotations"] = {options.owner_annotation: value}
+    if (
+        previous is not None
+        and previous["labels"] == out["labels"]
+        and previous.get("annotations") == out.get("annotations")
+    ):
+        out = previous
+        out.pop("resourceVersion", None)
     if isinstance(metadata.get("resourceVersion"), str):
         out["resourceVersion"] = metadata["resourceVersion"]
     return out
@@ -155,6 +167,11 @@ class JobDiagnoser:
             reason=status.reason,
             message=status.message,
         )
+        if old is not None and old.links == links:
+            # Updated in place: a job's status churn then leaves little for the collector.
+            old.job, old.status, old.resources, old.spec_key = job, status, resources, spec_key
+            old.metadata = _event_metadata(metadata, self._options, old.metadata)
+            return old
         tracked = Tracked(
             links,
             job,
@@ -163,13 +180,10 @@ class JobDiagnoser:
             resources,
             spec_key=spec_key,
         )
-        if old is not None and old.links == links:
-            tracked.keys, tracked.pods, tracked.events = old.keys, old.pods, old.events
-        else:
-            tracked.keys = links.keys()
-            if old is not None:
-                self._unindex(uid, old.keys - tracked.keys)
-            self._index(uid, tracked.keys)
+        tracked.keys = links.keys()
+        if old is not None:
+            self._unindex(uid, old.keys - tracked.keys)
+        self._index(uid, tracked.keys)
         self._tracked[uid] = tracked
         return tracked
 
