@@ -201,6 +201,18 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
         from trainwatch_watcher.settings import WatcherSettings
 
         gc.freeze()  # as python -m trainwatch_watcher does after its imports
+        # CPU-seconds spent in the cyclic garbage collector, per generation (a churn's share of
+        # it grows with the long-lived objects it traverses: the cached pods).
+        gc_cpu = [0.0, 0.0, 0.0]
+        gc_started = [0.0]
+
+        def on_gc(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                gc_started[0] = time.process_time()
+            else:
+                gc_cpu[info["generation"]] += time.process_time() - gc_started[0]
+
+        gc.callbacks.append(on_gc)
         connections = StaticConnections()
         fp = connections.set("bench", kubeconfig)
         desired = {"bench": ClusterSpec(id="bench", name="bench", revision=1, connection_fingerprint=fp)}
@@ -224,6 +236,11 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
             diagnosis_ready_timeout=300,
         )
         app = WatcherApp(settings, connections=connections, feed_factory=lambda nc: FixedFeed())
+        traced = bool(os.environ.get("BENCH_TRACEMALLOC"))
+        if traced:  # where the watcher's memory is after the listing (slows the listing down)
+            import tracemalloc
+
+            tracemalloc.start(int(os.environ["BENCH_TRACEMALLOC"]))
         before = rss_mb()
         stop = asyncio.Event()
         task = asyncio.create_task(app.run(stop), name="bench watcher")
@@ -246,6 +263,21 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
         sync_s, sync_cpu = time.perf_counter() - started, time.process_time() - cpu0
         await settle()
         gc.collect()
+        if traced:
+            snapshot = tracemalloc.take_snapshot()
+            tracemalloc.stop()
+            total = sum(stat.size for stat in snapshot.statistics("filename"))
+            print(
+                f"--- tracemalloc after the listing, diagnosis {'on' if diagnosis else 'off'}: "
+                f"{total / 2**20:.1f} MiB traced",
+                flush=True,
+            )
+            frames = int(os.environ["BENCH_TRACEMALLOC"])
+            for stat in snapshot.statistics("traceback" if frames > 1 else "lineno")[:30]:
+                print(stat, flush=True)
+                if frames > 1:
+                    for line in stat.traceback.format()[-6:]:
+                        print("    ", line, flush=True)
         conn.send(
             {
                 "rss": rss_mb(),
@@ -263,7 +295,7 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
             if cmd == "stop":
                 break
             if cmd == "cpu":
-                conn.send(time.process_time())
+                conn.send((time.process_time(), list(gc_cpu)))
             elif cmd == "profile":
                 import cProfile
 
@@ -276,9 +308,11 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
 
                     profiler.disable()
                     print(f"--- profile, diagnosis {'on' if diagnosis else 'off'}", flush=True)
-                    pstats.Stats(profiler).sort_stats(os.environ["BENCH_PROFILE"]).print_stats(35)
+                    pstats.Stats(profiler).sort_stats(os.environ["BENCH_PROFILE"]).print_stats(
+                        int(os.environ.get("BENCH_PROFILE_LINES", "35"))
+                    )
                     profiler = None
-                conn.send(cpu)
+                conn.send((cpu, list(gc_cpu)))
         stop.set()
         await task
 
@@ -417,17 +451,24 @@ def run_mode(
         if phase == "job_churn" and os.environ.get("BENCH_PROFILE"):
             wconn.send("profile")  # cProfile the watcher over the job churn (inflates its CPU)
         wconn.send("cpu")
-        cpu0 = wconn.recv()
+        cpu0, gc0 = wconn.recv()
         sim_conn.send((phase, count))
         write_s = sim_conn.recv()
         wconn.send("settle")
-        cpu1 = wconn.recv()
+        cpu1, gc1 = wconn.recv()
         events = asyncio.run(stream_count(nats_url)) - events0
         written = count + (args.jobs if phase == "job_churn" else 0)
-        result[phase] = {"cpu": cpu1 - cpu0, "writes": written, "write_s": write_s, "published": events}
+        result[phase] = {
+            "cpu": cpu1 - cpu0,
+            "gc_cpu": [b - a for a, b in zip(gc0, gc1, strict=True)],
+            "writes": written,
+            "write_s": write_s,
+            "published": events,
+        }
         print(
             f"[{label}] {phase}: {written:,} writes in {write_s:.1f} s, watcher {cpu1 - cpu0:.2f} CPU-s, "
-            f"{events:,} job events published; load {loadavg()}",
+            f"{events:,} job events published; gc {' / '.join(f'{g:.2f}' for g in result[phase]['gc_cpu'])} "
+            f"CPU-s (gen 0/1/2); load {loadavg()}",
             flush=True,
         )
     if diagnosis:
@@ -558,6 +599,7 @@ def main() -> None:
     row("job events published in pod churn", pc_off["published"], pc_on["published"], ",.0f")
     row("pod churn CPU-s (absolute)", pc_off["cpu"], pc_on["cpu"], ".2f")
     row("job churn CPU-s (absolute)", jc_off["cpu"], jc_on["cpu"], ".2f")
+    row("job churn CPU-s in the garbage collector", sum(jc_off["gc_cpu"]), sum(jc_on["gc_cpu"]), ".2f")
     row("sync (list) CPU-s", off["sync_cpu"], on["sync_cpu"], ".2f")
     row("RSS after sync, MB", off["rss"], on["rss"], ".0f")
     per_pod = (on["rss"] - off["rss"]) * 1024 * 1024 / max(on["pods_cached"], 1)

@@ -375,6 +375,32 @@ async def test_pytorchjob_worker_oom_then_failed(
     ]
 
 
+async def test_a_jobset_past_its_deadline_says_so_on_its_first_failed_child_job(
+    diag_cluster: Callable[..., Any], make_client: Callable[..., Client]
+) -> None:
+    """The JobSet says only FailedJobs (first failed job: <child>); the child Job has the Failed
+    condition DeadlineExceeded and, as the job controller writes on every Job it fails, a Warning
+    with that reason and message (reference §3.4, §3.1, §5)."""
+    cluster = await diag_cluster(kubesim.JOBSET)
+    driver = kubesim.ScenarioDriver(cluster, seed=11, rate=None)
+    truth = await driver.run_diagnosis(kubesim.JOBSET, "DeadlineExceeded")
+    jobset = cluster.store.get(kubesim.JOBSET, truth.namespace, truth.name)
+    failed = next(c for c in jobset["status"]["conditions"] if c["type"] == "Failed")
+    assert failed["reason"] == "FailedJobs"
+    child = failed["message"].rsplit("first failed job: ", 1)[1].rstrip(")")
+    child_job = cluster.store.get(kubesim.BATCH_JOB, truth.namespace, child)
+    child_failed = next(c for c in child_job["status"]["conditions"] if c["type"] == "Failed")
+    assert child_failed["reason"] == "DeadlineExceeded"
+    _, events = await make_client(cluster).get(
+        f"/api/v1/namespaces/{truth.namespace}/events",
+        fieldSelector=f"involvedObject.name={child},type=Warning",
+    )
+    [warning] = events["items"]
+    assert (warning["involvedObject"]["kind"], warning["reason"]) == ("Job", "DeadlineExceeded")
+    assert warning["message"] == child_failed["message"] == "Job was active longer than specified deadline"
+    assert warning["source"]["component"] == "job-controller"
+
+
 async def test_not_applicable_and_unknown(sim: kubesim.Simulator) -> None:
     cluster = await sim.add_cluster("c", tls=False)
     driver = kubesim.ScenarioDriver(cluster, rate=None)

@@ -127,6 +127,7 @@ AGGREGATES = {
     "breakdown": {
         "total": 5, "by_phase": {"Running": 3, "Failed": 2}, "by_cluster": {"sim-a": 4, "sim-gone": 1},
         "by_namespace": [{"cluster_id": "sim-a", "namespace": "team-a", "count": 4}],
+        "by_diagnosis": {"OOMKilled": 2, "Unschedulable": 1},
     },
     "activity": {
         "since": "2026-11-29T00:00:00Z", "until": "2026-11-30T00:00:00Z", "bucket_seconds": 3600,
@@ -263,6 +264,43 @@ async def test_jobs_page_lists_jobs_with_filters_passed_to_the_query_api(
     }  # fmt: skip  (deleted jobs are hidden unless the page asks for them)
     assert query.headers["authorization"] == f"Bearer {VIEWER}"
     assert VIEWER not in response.text
+
+
+async def test_jobs_page_filters_by_diagnosis_category_through_the_url(
+    client: httpx.AsyncClient, stand: Stand
+) -> None:
+    response = await client.get("/jobs", params={"diagnosis": "OOMKilled", "cluster": "sim-a"})
+    assert response.status_code == 200
+    text = response.text
+    query = next(r for r in stand.requests if r.url.path == "/v1/jobs")
+    assert dict(query.url.params) == {
+        "cluster": "sim-a", "diagnosis": "OOMKilled", "deleted": "false", "limit": "50",
+    }  # fmt: skip
+    # The select shows the category chosen, and the next page, the export and "Clear" keep or drop it.
+    select = re.search(r'<select name="diagnosis" id="filter-diagnosis">(.*?)</select>', text, re.S)
+    assert select is not None
+    assert '<option value="OOMKilled" selected>' in select.group(1)
+    assert '<option value="Unschedulable" >' in select.group(1)
+    next_link = re.search(r'id="page-next" href="\?([^"]+)"', text)
+    assert next_link is not None
+    assert "diagnosis=OOMKilled" in next_link.group(1).replace("&amp;", "&")
+    assert "cursor=c2" in next_link.group(1)
+    assert re.search(r'href="/jobs/export.csv\?[^"]*diagnosis=OOMKilled', text)
+    # The live stream does not know a job's category before an event: no live inserts here.
+    assert 'data-insert="no"' in text
+    assert "diagnosis" not in re.search(r'data-live="([^"]*)"', text).group(1)  # type: ignore[union-attr]
+
+    zh = (await client.get("/jobs", params={"diagnosis": "OOMKilled", "lang": "zh-CN"})).text
+    assert "诊断" in zh
+    assert '<option value="OOMKilled" selected>内存不足 (OOMKilled)</option>' in zh
+
+    # A category the vocabulary does not have is not passed on (the query API would refuse it).
+    stand.requests.clear()
+    response = await client.get("/jobs", params={"diagnosis": "Bogus"})
+    assert response.status_code == 200
+    query = next(r for r in stand.requests if r.url.path == "/v1/jobs")
+    assert "diagnosis" not in dict(query.url.params)
+    assert 'data-insert="yes"' in response.text
 
 
 async def test_job_page_shows_the_timeline_newest_first_and_replicas(client: httpx.AsyncClient) -> None:
@@ -477,6 +515,22 @@ async def test_overview_shows_counts_and_chart_data_for_the_filters(
     zh = (await client.get("/overview?lang=zh-CN")).text
     assert "每小时失败数" in zh
     assert "概览" in zh
+
+
+async def test_overview_counts_jobs_per_diagnosis_category_linking_to_the_filtered_list(
+    client: httpx.AsyncClient,
+) -> None:
+    text = (await client.get("/overview", params={"cluster": "sim-a", "kind": "pytorchjob"})).text
+    card = re.search(r'<div class="card" id="counts-diagnosis">(.*?)</div>', text, re.S)
+    assert card is not None
+    row = r'<tr data-category="([^"]+)"><td><a href="([^"]+)">[^<]+</a></td><td class="num">(\d+)</td>'
+    rows = re.findall(row, card.group(1))
+    assert [(category, count) for category, _, count in rows] == [("OOMKilled", "2"), ("Unschedulable", "1")]
+    oom_link = rows[0][1].replace("&amp;", "&")
+    assert oom_link == "/jobs?cluster=sim-a&kind=pytorchjob&diagnosis=OOMKilled"
+    zh = (await client.get("/overview", params={"lang": "zh-CN"})).text
+    assert "各诊断类别任务数" in zh
+    assert "内存不足 (OOMKilled)" in zh
 
 
 async def test_a_quiet_healthy_cluster_is_up_to_date_not_41_s_behind(

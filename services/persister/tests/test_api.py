@@ -327,3 +327,19 @@ async def test_the_job_detail_carries_the_diagnosis_and_its_history(api: Api) ->
     assert listed["gpt-pretrain"]["diagnosis"]["summary"] == "no GPUs"
     assert listed["llama"]["diagnosis"] is None
     assert listed["llama"]["gpus"] is None
+
+
+async def test_breakdown_counts_jobs_per_current_diagnosis_category(api: Api) -> None:
+    """The overview's per-category counts: the current diagnosis only (u3's QuotaExceeded was
+    cleared), most jobs first, under the same filters as the list."""
+    await seed_diagnosed_jobs(api)
+    body = await api.get("/v1/stats/breakdown")
+    assert body["by_diagnosis"] == {"ImagePullFailed": 1, "OOMKilled": 1, "Unschedulable": 1}
+    assert list(body["by_diagnosis"]) == ["ImagePullFailed", "OOMKilled", "Unschedulable"]
+    assert (await api.get("/v1/stats/breakdown", {"cluster": "alpha"}))["by_diagnosis"] == {
+        "ImagePullFailed": 1,
+        "OOMKilled": 1,
+    }
+    assert (await api.get("/v1/stats/breakdown", {"blame": "infrastructure"}))["by_diagnosis"] == {
+        "Unschedulable": 1
+    }

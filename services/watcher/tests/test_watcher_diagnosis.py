@@ -30,9 +30,7 @@ COMPARED = ("category", "role", "pod", "container", "exit_code", "signal", "node
 #   pod-level categories: the engine names the pod, not a container (the truth names its main one);
 POD_LEVEL = {"Preempted", "Evicted", "NodeFailure", "Unschedulable", "GangWaiting", "QuotaExceeded"}
 #   BackoffLimitExceeded: the engine reports the root cause (the truth's ``cause``, or CrashLoop for
-#   Kubeflow's in-place restarts) with the backoff limit in its summary, from the first failed pod;
-#   a JobSet's DeadlineExceeded lives on its child Jobs, which the watcher does not read.
-CHILD_JOB_VERDICT = {("JobSet", "DeadlineExceeded")}
+#   Kubeflow's in-place restarts) with the backoff limit in its summary, from the first failed pod.
 
 
 def _categories() -> list[str]:
@@ -66,8 +64,6 @@ def _want(truth: kubesim.DiagnosisTruth, got: dict[str, object]) -> dict[str, ob
             if got.get("category") in (truth.cause, "CrashLoop")
             else truth.cause
         }
-    if (truth.kind, category) in CHILD_JOB_VERDICT:
-        want = {}
     return want
 
 
@@ -189,6 +185,44 @@ async def test_a_pending_jobs_new_reason_is_a_diagnosis_update_emitted_once_acro
     after = {uid: [(e.sequence, e.change) for e in evs] for uid, evs in _by_uid(job_events, "queue").items()}
     del after[marker.uid]
     assert after == before, "the restart emitted a diagnosis again"
+
+
+async def test_a_queued_jobs_position_is_refreshed_when_the_workload_ahead_is_admitted(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+) -> None:
+    """Positions move without the job's own Workload changing (the one ahead got quota): the
+    visibility API is asked again when any Workload moves, and reaching the head is news."""
+    cluster = await sim.add_cluster("positions", seed=4, **CLUSTER_OPTIONS)
+    await registry.add(cluster)
+    await watcher.start()
+    await watcher.wait_synced("positions", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=4, rate=None)
+    queued = [await driver.run_diagnosis("PyTorchJob", "QueueWaiting") for _ in range(2)]
+
+    def positions() -> dict[str, int | None]:
+        by_uid = _by_uid(job_events, "positions")
+        out: dict[str, int | None] = {}
+        for truth in queued:
+            events = sorted(by_uid.get(truth.uid, []), key=lambda e: e.sequence)
+            diagnosis = events[-1].diagnosis if events else None
+            out[truth.uid] = diagnosis.position if diagnosis is not None else None
+        return out
+
+    # Both in the same LocalQueue: one at its head (0), the other behind it (1).
+    await eventually(lambda: sorted(positions().values(), key=str) == [0, 1], message="positions 0 and 1")
+    ahead = next(t for t in queued if positions()[t.uid] == 0)
+    behind = next(t for t in queued if t is not ahead)
+    kubesim.kueue.admit(cluster.store, ahead.namespace, str(ahead.extra["workload"]), "team-gpu")
+
+    await eventually(lambda: positions()[behind.uid] == 0, message="the job behind reaches the head")
+    events = sorted(_by_uid(job_events, "positions")[behind.uid], key=lambda e: e.sequence)
+    assert (events[-1].change, events[-1].phase.value) == ("diagnosis", "Pending")
+    assert events[-1].diagnosis is not None
+    assert events[-1].diagnosis.category.value == "QueueWaiting"
+    assert [e.sequence for e in events] == list(range(len(events)))
 
 
 async def test_a_cluster_that_may_not_read_pods_still_watches_every_job_and_says_why_no_diagnosis(

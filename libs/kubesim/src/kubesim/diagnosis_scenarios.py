@@ -585,6 +585,18 @@ class DiagnosisRun:
         reason, message = await self.job.fail("deadline", None, child=child)
         if self.family == "batch":
             self.event(run_obj(self), "Warning", "DeadlineExceeded", message, component="job-controller")
+        elif self.family in ("jobset", "trainjob") and child:
+            # The job controller's Warning on the child Job that hit its activeDeadlineSeconds
+            # (as on any Job it fails, with its Failed condition's reason and message); the JobSet
+            # itself only says "FailedJobs ... (first failed job: <child>)" (reference §3.4).
+            child_job = self.store.get(BATCH_JOB, self.run.namespace, child)
+            self.event(
+                child_job,
+                "Warning",
+                "DeadlineExceeded",
+                "Job was active longer than specified deadline",
+                component="job-controller",
+            )
         return {
             "since": since,
             "reason": reason,

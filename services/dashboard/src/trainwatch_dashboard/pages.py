@@ -122,8 +122,10 @@ async def jobs_page(request: Request) -> HTMLResponse:
                 if k in ("cluster", "namespace", "kind", "phase", "owner", "label", "name")
             }
         ),
-        # New jobs are inserted live only where they belong: the first page, newest first.
-        first_page=cursor is None and sort in (None, "updated_at"),
+        # New jobs are inserted live only where they belong: the first page, newest first. Not
+        # under a diagnosis filter: an event does not say which category a job had before, so the
+        # stream is not filtered by it (shown rows still update) and cannot tell who belongs.
+        first_page=cursor is None and sort in (None, "updated_at") and "diagnosis" not in filters,
     )
     # Where the time went, for the browser's developer tools and the benchmark.
     backends_ms, render_ms = (fetched - began) * 1000, (time.perf_counter() - fetched) * 1000

@@ -10,13 +10,16 @@ from urllib.parse import urlencode
 from markupsafe import Markup
 
 from trainwatch_common import KIND_KEYS, Phase
+from trainwatch_common.events.diagnosis import DiagnosisCategory
 from trainwatch_common.kubeconfig_yaml import load_mapping
 
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
 KIND_CHOICES: tuple[str, ...] = tuple(sorted(KIND_KEYS))
+# The diagnosis categories the jobs page filters by (the query API's ?diagnosis=).
+DIAGNOSIS_CATEGORIES: tuple[str, ...] = tuple(c.value for c in DiagnosisCategory)
 # The list filters the jobs page offers, in the query API's parameter names.
 JOB_FILTERS: tuple[str, ...] = (
-    "cluster", "namespace", "kind", "phase", "terminal", "owner", "label", "name", "deleted",
+    "cluster", "namespace", "kind", "phase", "diagnosis", "terminal", "owner", "label", "name", "deleted",
 )  # fmt: skip
 # ?deleted=include shows deleted jobs too; without it the list shows the live ones only.
 DELETED_INCLUDED = "include"
@@ -90,8 +93,12 @@ def phase_class(phase: Any) -> str:
 
 
 def job_filters(params: Mapping[str, str]) -> dict[str, str]:
-    """The filters of a jobs-page request, in the query API's names, empty ones left out."""
-    return {key: params[key].strip() for key in JOB_FILTERS if params.get(key, "").strip()}
+    """The filters of a jobs-page request, in the query API's names, empty ones left out (and a
+    diagnosis category outside the vocabulary, which the query API would refuse)."""
+    filters = {key: params[key].strip() for key in JOB_FILTERS if params.get(key, "").strip()}
+    if filters.get("diagnosis") not in (None, *DIAGNOSIS_CATEGORIES):
+        del filters["diagnosis"]
+    return filters
 
 
 def query_string(params: Mapping[str, str | None], **changes: str | None) -> str:

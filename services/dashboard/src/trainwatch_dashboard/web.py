@@ -73,6 +73,7 @@ def build_templates() -> Jinja2Templates:
         sorted_phase_counts=presenters.sorted_phase_counts,
         PHASES=presenters.PHASES,
         KIND_CHOICES=presenters.KIND_CHOICES,
+        DIAGNOSIS_CATEGORIES=presenters.DIAGNOSIS_CATEGORIES,
     )
     return templates
 

@@ -41,6 +41,7 @@ class Breakdown:
     by_cluster: dict[str, int]
     by_namespace: list[tuple[str, str, int]]  # (cluster_id, namespace, count), most jobs first
     total: int
+    by_diagnosis: dict[str, int] = dataclasses.field(default_factory=dict)  # jobs with one only
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,8 @@ def _live(filters: JobFilters) -> JobFilters:
 
 
 async def breakdown(conn: AsyncConnection, *, filters: JobFilters, namespaces: int = 50) -> Breakdown:
-    """Jobs per phase, per cluster and per (cluster, namespace): the ``namespaces`` largest."""
+    """Jobs per phase, per cluster and per (cluster, namespace): the ``namespaces`` largest; and
+    per category of their current diagnosis (most jobs first), for those that have one."""
     where = conditions(_live(filters), conn.dialect.name)
     grouped = (
         sa.select(jobs.c.cluster_id, jobs.c.namespace, jobs.c.phase, sa.func.count().label("n"))
@@ -102,11 +104,18 @@ async def breakdown(conn: AsyncConnection, *, filters: JobFilters, namespaces: i
         by_cluster[cluster_id] = by_cluster.get(cluster_id, 0) + n
         by_namespace[(cluster_id, namespace)] = by_namespace.get((cluster_id, namespace), 0) + n
     largest = sorted(by_namespace.items(), key=lambda item: (-item[1], item[0]))[:namespaces]
+    per_category = (
+        sa.select(jobs.c.diagnosis_category, sa.func.count().label("n"))
+        .where(*where, jobs.c.diagnosis_category.is_not(None))
+        .group_by(jobs.c.diagnosis_category)
+    )
+    by_diagnosis = {category: n for category, n in await conn.execute(per_category)}
     return Breakdown(
         by_phase=dict(sorted(by_phase.items())),
         by_cluster=dict(sorted(by_cluster.items())),
         by_namespace=[(c, ns, n) for (c, ns), n in largest],
         total=sum(by_phase.values()),
+        by_diagnosis=dict(sorted(by_diagnosis.items(), key=lambda item: (-item[1], item[0]))),
     )
 
 

@@ -17,6 +17,8 @@ recomputes exactly the jobs whose evidence moved.
 
 from __future__ import annotations
 
+import dataclasses
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,7 +119,9 @@ def job_links(kind_key: str, job: Mapping[str, Any]) -> JobLinks | None:
 @dataclass(slots=True)
 class _Pod:
     evidence: PodEvidence
-    labels: dict[str, str]
+    # The selector labels, sorted, their strings interned; the tuple itself is shared by the pods
+    # of one job (see _put_pod): 100k pods of 10k jobs hold 10k of these, not 100k dicts.
+    labels: tuple[Pair, ...]
     source: str
 
 
@@ -144,8 +148,12 @@ def _child_prefixes(name: str) -> Iterable[str]:
 
 class EvidenceCache:
     def __init__(self, *, max_events_per_object: int = MAX_EVENTS_PER_OBJECT) -> None:
-        self._pods: dict[ObjectKey, _Pod] = {}
-        self._pods_by_key: dict[str, set[ObjectKey]] = {}
+        # namespace -> pod name -> pod: no (namespace, name) tuple per pod.
+        self._pods: dict[str, dict[str, _Pod]] = {}
+        self._pod_count = 0
+        # index key ("<ns>/<label>=<value>") -> names of the pods in <ns> that carry that label: a
+        # list (a job has tens of pods, and a list of them is a fifth of a set's size).
+        self._pods_by_key: dict[str, list[str]] = {}
         # (ns, involved object name) -> event (ns, name) -> trimmed event
         self._events: dict[ObjectKey, dict[str, WarningEvent]] = {}
         self._event_objects: dict[ObjectKey, tuple[ObjectKey, str]] = {}  # event -> its object, source
@@ -170,7 +178,7 @@ class EvidenceCache:
     # -- sizes --------------------------------------------------------------------------------
     @property
     def pod_count(self) -> int:
-        return len(self._pods)
+        return self._pod_count
 
     @property
     def event_count(self) -> int:
@@ -178,7 +186,7 @@ class EvidenceCache:
 
     def touch_pod(self, namespace: str, name: str) -> None:
         """Something about the pod that is not in it arrived (its log tail): wake its jobs."""
-        pod = self._pods.get((namespace, name))
+        pod = self._pod(namespace, name)
         if pod is not None:
             self._notify(self._pod_keys(namespace, pod.labels))
 
@@ -210,7 +218,13 @@ class EvidenceCache:
     def forget_source(self, source: str, keep: set[ObjectKey]) -> None:
         """After a relist of ``source``: what it no longer lists is gone."""
         keys: set[str] = set()
-        for key in [k for k, p in self._pods.items() if p.source == source and k not in keep]:
+        gone = [
+            (namespace, name)
+            for namespace, pods in self._pods.items()
+            for name, pod in pods.items()
+            if pod.source == source and (namespace, name) not in keep
+        ]
+        for key in gone:
             keys |= self._remove_pod(key)
         for key in [k for k, (_, s) in self._event_objects.items() if s == source and k not in keep]:
             keys |= self._remove_event(key)
@@ -219,8 +233,20 @@ class EvidenceCache:
                 keys |= self._put_owned(what, (ns, name), None, source)
         self._notify(keys)
 
-    def _pod_keys(self, namespace: str, labels: Mapping[str, str]) -> set[str]:
-        return {f"{namespace}/{k}={v}" for k, v in labels.items() if k in IDENTITY_LABELS}
+    def _pod(self, namespace: str, name: str) -> _Pod | None:
+        pods = self._pods.get(namespace)
+        return pods.get(name) if pods is not None else None
+
+    def _pod_keys(self, namespace: str, labels: Iterable[Pair]) -> set[str]:
+        return {f"{namespace}/{k}={v}" for k, v in labels if k in IDENTITY_LABELS}
+
+    def _shared_labels(self, namespace: str, labels: tuple[Pair, ...]) -> tuple[Pair, ...]:
+        """The same labels tuple as another pod of the same job holds, if one is cached."""
+        for index_key in self._pod_keys(namespace, labels):
+            members = self._pods_by_key.get(index_key)
+            if members and (other := self._pod(namespace, members[0])) is not None and other.labels == labels:
+                return other.labels
+        return labels
 
     def _put_pod(self, key: ObjectKey, obj: Mapping[str, Any], source: str) -> set[str]:
         evidence = trim_pod(obj)
@@ -228,25 +254,44 @@ class EvidenceCache:
             self.malformed += 1
             return set()
         raw = _map(_map(obj.get("metadata")).get("labels"))
-        labels = {k: v for k, v in raw.items() if k in SELECTOR_LABELS and isinstance(v, str)}
-        old = self._pods.get(key)
-        if old is not None and old.evidence == evidence and old.labels == labels:
-            return set()  # a change diagnosis does not see (readiness probes, IPs...)
-        changed = self._remove_pod(key) if old is not None and old.labels != labels else set()
-        self._pods[key] = _Pod(evidence, labels, source)
-        for index_key in self._pod_keys(key[0], labels):
-            self._pods_by_key.setdefault(index_key, set()).add(key)
-        return changed | self._pod_keys(key[0], labels)
+        labels = tuple(
+            sorted(
+                (sys.intern(k), sys.intern(v))
+                for k, v in raw.items()
+                if k in SELECTOR_LABELS and isinstance(v, str)
+            )
+        )
+        namespace, name = key
+        old = self._pod(namespace, name)
+        if old is not None and old.labels == labels:
+            if old.evidence == evidence:
+                return set()  # a change diagnosis does not see (readiness probes, IPs...)
+            old.evidence = evidence
+            return self._pod_keys(namespace, labels)
+        changed = self._remove_pod(key) if old is not None else set()
+        namespace = sys.intern(namespace)
+        labels = self._shared_labels(namespace, labels)
+        self._pods.setdefault(namespace, {})[name] = _Pod(evidence, labels, source)
+        self._pod_count += 1
+        keys = self._pod_keys(namespace, labels)
+        for index_key in keys:
+            self._pods_by_key.setdefault(index_key, []).append(name)
+        return changed | keys
 
     def _remove_pod(self, key: ObjectKey) -> set[str]:
-        old = self._pods.pop(key, None)
+        namespace, name = key
+        pods = self._pods.get(namespace)
+        old = pods.pop(name, None) if pods is not None else None
         if old is None:
             return set()
-        keys = self._pod_keys(key[0], old.labels)
+        self._pod_count -= 1
+        if not pods:
+            del self._pods[namespace]
+        keys = self._pod_keys(namespace, old.labels)
         for index_key in keys:
             members = self._pods_by_key.get(index_key)
-            if members is not None:
-                members.discard(key)
+            if members is not None and name in members:
+                members.remove(name)
                 if not members:
                     del self._pods_by_key[index_key]
         return keys
@@ -255,7 +300,7 @@ class EvidenceCache:
         keys = {f"{namespace}/obj={name}"}
         if isinstance(uid, str) and uid:
             keys.add(f"uid={uid}")
-        if kind == "Pod" and (pod := self._pods.get((namespace, name))) is not None:
+        if kind == "Pod" and (pod := self._pod(namespace, name)) is not None:
             keys |= self._pod_keys(namespace, pod.labels)
         if kind == "Job":
             keys.update(f"{namespace}/child={prefix}" for prefix in _child_prefixes(name))
@@ -332,18 +377,68 @@ class EvidenceCache:
             keys.add(f"uid={uid}")
         return keys
 
+    # -- Kueue queue positions ------------------------------------------------------------------
+    def pending_queues(self) -> set[ObjectKey]:
+        """(namespace, LocalQueue) of every cached Workload that has no quota reserved yet: the
+        queues whose positions move when any Workload is admitted, finishes, arrives or leaves."""
+        queues: set[ObjectKey] = set()
+        for what, namespace, name in self._owned:
+            if what != "workload":
+                continue
+            workload = self._workload(namespace, name)
+            if workload is None or workload.queue is None:
+                continue
+            reserved = workload.condition("QuotaReserved")
+            finished = workload.condition("Finished")
+            if not (reserved is not None and reserved.status == "True") and not (
+                finished is not None and finished.status == "True"
+            ):
+                queues.add((namespace, workload.queue))
+        return queues
+
+    def set_queue_positions(self, namespace: str, name: str, pending: Mapping[str, Any]) -> None:
+        """Kueue's visibility API gave a pending Workload's positions (its ``pendingworkloads``
+        item): a position that moved wakes the Workload's jobs. Positions of a Workload move
+        without the Workload changing (those ahead were admitted), so its watch never says so."""
+        owned = self._owned.get(("workload", namespace, name))
+        workload = self._workload(namespace, name)
+        if owned is None or workload is None:
+            return
+        local = pending.get("positionInLocalQueue")
+        cluster = pending.get("positionInClusterQueue")
+        moved = dataclasses.replace(
+            workload,
+            position_in_local_queue=local if isinstance(local, int) and local >= 0 else None,
+            position_in_cluster_queue=cluster if isinstance(cluster, int) and cluster >= 0 else None,
+        )
+        if moved == workload:
+            return
+        keys: set[str] = set()
+        for uid in owned.owners:
+            self._workloads[uid] = moved
+            keys.add(f"uid={uid}")
+        self._notify(keys)
+
+    def _workload(self, namespace: str, name: str) -> KueueWorkload | None:
+        owned = self._owned.get(("workload", namespace, name))
+        if owned is None or not owned.owners:
+            return None
+        return self._workloads.get(owned.owners[0])
+
     # -- reading one job's evidence -------------------------------------------------------------
     def pods_of(self, links: JobLinks) -> list[PodEvidence]:
-        found: dict[ObjectKey, PodEvidence] = {}
+        found: dict[str, PodEvidence] = {}
+        pods = self._pods.get(links.namespace, {})
         for pairs in links.selectors:
             identity = next(((k, v) for k, v in pairs if k in IDENTITY_LABELS), None)
             if identity is None:
                 continue
-            for key in self._pods_by_key.get(f"{links.namespace}/{identity[0]}={identity[1]}", ()):
-                pod = self._pods[key]
-                if all(pod.labels.get(k) == v for k, v in pairs):
-                    found[key] = pod.evidence
-        return [found[k] for k in sorted(found)]
+            wanted = set(pairs)
+            for name in self._pods_by_key.get(f"{links.namespace}/{identity[0]}={identity[1]}", ()):
+                pod = pods[name]
+                if wanted.issubset(pod.labels):
+                    found[name] = pod.evidence
+        return [found[name] for name in sorted(found)]
 
     def events_of(self, links: JobLinks, pods: Iterable[PodEvidence]) -> list[WarningEvent]:
         ns = links.namespace

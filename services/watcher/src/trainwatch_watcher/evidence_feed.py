@@ -10,6 +10,7 @@ cluster's health ("diagnosis unavailable: forbidden to list pods"); job watching
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 from collections.abc import Iterable
@@ -41,6 +42,9 @@ OPTIONAL_KINDS = (WORKLOAD, VOLCANO_PODGROUP, COSCHEDULING_PODGROUP)
 
 # Seconds before Kueue's visibility API is asked again after it did not answer.
 VISIBILITY_RETRY = 60.0
+# Seconds a change of Workloads waits before the pending queues' positions are asked again, so
+# that a burst of admissions costs one round of visibility calls, not one per Workload.
+POSITIONS_SETTLE = 0.5
 VISIBILITY = "/apis/visibility.kueue.x-k8s.io/v1beta1"
 
 # Job kind key -> the pod selector families (KIND_POD_SELECTORS) its pods are found by.
@@ -63,7 +67,9 @@ POD_FAMILIES: dict[str, tuple[str, ...]] = {
 class Source:
     """One evidence watch."""
 
-    what: str  # pod | event | workload | podgroup | logs (the log tail fetcher, not a watch)
+    # pod | event | workload | podgroup; logs (the log tail fetcher) and positions (Kueue queue
+    # positions, asked again when Workloads move) are not watches.
+    what: str
     kind: JobKind
     label_selector: str | None = None
     field_selector: str | None = None
@@ -88,6 +94,7 @@ def evidence_sources(
         served = set(optional)
         if WORKLOAD.key in served:
             sources["workloads"] = Source("workload", WORKLOAD)
+            sources["positions"] = Source("positions", WORKLOAD)
         for kind in (VOLCANO_PODGROUP, COSCHEDULING_PODGROUP):
             if kind.key in served:
                 sources[kind.key] = Source("podgroup", kind)
@@ -134,6 +141,7 @@ class EvidenceFeed:
         self._tasks: TaskMap[str, Source] = TaskMap(self._run, lambda key: f"evidence {cluster_id}/{key}")
         self._changed = asyncio.Event()
         self._visibility_off_until = 0.0
+        self._workloads_moved = asyncio.Event()
 
     async def reconcile(self, sources: dict[str, Source]) -> None:
         for key in list(self._status):
@@ -152,7 +160,7 @@ class EvidenceFeed:
         return all(
             s.synced or s.error is not None
             for key, s in self._status.items()
-            if key != "logs"  # fetches on demand: nothing to list
+            if key not in ("logs", "positions")  # fetch on demand: nothing to list
         )
 
     async def wait_ready(self, timeout: float) -> None:
@@ -191,6 +199,9 @@ class EvidenceFeed:
             if self.logs is not None:
                 await self.logs.run()
             return
+        if source.what == "positions":
+            await self._refresh_positions()
+            return
         status = self._status.setdefault(key, _SourceStatus())
         hooks = _Hooks(status, self._changed)
         watcher = Watcher(
@@ -198,6 +209,7 @@ class EvidenceFeed:
             target=WatchTarget(source.kind, None, source.label_selector, source.field_selector),
             timings=self._timings,
             hooks=hooks,
+            collect_uids=False,  # the cache forgets what a relist did not list by name (``listed``)
         )
         listed: set[ObjectKey] = set()
         cache = self.cache
@@ -209,6 +221,8 @@ class EvidenceFeed:
                 listed = set()
                 status.synced = True
                 self._changed.set()
+                if source.what == "pod":
+                    _freeze_long_lived()
                 continue
             obj = item.get("object")
             event_type = item.get("type")
@@ -222,11 +236,29 @@ class EvidenceFeed:
             if source.what == "workload" and event_type != "DELETED":
                 pending = await self._queue_position(obj)
             cache.apply(source.what, key, str(event_type), obj, pending)
+            if source.what == "workload" and not watcher.listing:
+                self._workloads_moved.set()  # the others' positions may have moved with it
+
+    async def _refresh_positions(self) -> None:
+        """After Workloads changed (admitted, finished, created, deleted): ask the visibility API
+        again for every LocalQueue with a pending Workload, and put the positions that moved."""
+        while True:
+            await self._workloads_moved.wait()
+            await asyncio.sleep(POSITIONS_SETTLE)
+            self._workloads_moved.clear()
+            for namespace, queue in sorted(self.cache.pending_queues()):
+                items = await self._pending_workloads(namespace, queue)
+                if items is None:
+                    break  # not answering: asked again after VISIBILITY_RETRY, on the next change
+                for item in items:
+                    name = (item.get("metadata") or {}).get("name")
+                    if isinstance(name, str):
+                        self.cache.set_queue_positions(namespace, name, item)
 
     async def _queue_position(self, workload: dict[str, Any]) -> dict[str, Any] | None:
         """A pending Workload's item of Kueue's visibility API (its positions), when it answers.
 
-        Asked when the Workload changes (positions of others move without that: not refreshed).
+        Asked when the Workload changes; when others change, ``_refresh_positions`` asks again.
         A server without the API (404) or credentials without it (403) are not asked again for
         ``VISIBILITY_RETRY`` seconds."""
         if time.monotonic() < self._visibility_off_until:
@@ -243,6 +275,17 @@ class EvidenceFeed:
         namespace, name, queue = metadata.get("namespace"), metadata.get("name"), spec.get("queueName")
         if not (isinstance(namespace, str) and isinstance(name, str) and isinstance(queue, str) and queue):
             return None
+        items = await self._pending_workloads(namespace, queue)
+        for item in items or ():
+            if (item.get("metadata") or {}).get("name") == name:
+                return item
+        return None
+
+    async def _pending_workloads(self, namespace: str, queue: str) -> list[dict[str, Any]] | None:
+        """The visibility API's pending Workloads of one LocalQueue; None when it does not answer
+        (and then it is not asked for ``VISIBILITY_RETRY`` seconds)."""
+        if time.monotonic() < self._visibility_off_until:
+            return None
         path = f"{VISIBILITY}/namespaces/{namespace}/localqueues/{queue}/pendingworkloads"
         try:
             async with asyncio.timeout(self._timings.connect_timeout):
@@ -255,10 +298,17 @@ class EvidenceFeed:
             )
             return None
         items = answer.get("items")
-        for item in items if isinstance(items, list) else ():
-            if isinstance(item, dict) and (item.get("metadata") or {}).get("name") == name:
-                return item
-        return None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _freeze_long_lived() -> None:
+    """A pod listing just filled the cache with objects that live as long as their pods: moved out
+    of the cyclic collector's generations (after a collection, so no garbage is kept), so that its
+    full collections stop traversing them. With 100k cached pods those collections were half of
+    what diagnosis added to the CPU of a job-status churn (bench/diagnosis). Refcounting still
+    frees them when their pods go; what is cached later is collected as usual."""
+    gc.collect()
+    gc.freeze()
 
 
 class _Hooks(WatchHooks):

@@ -14,10 +14,12 @@ from datetime import datetime
 from typing import Any
 
 from trainwatch_common.events.clusters import WatchOptions
-from trainwatch_common.events.diagnosis import Diagnosis, JobResources
+from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.jobs import Phase
 from trainwatch_watcher.diagnosis import (
     JobEvidence,
+    PodEvidence,
+    WarningEvent,
     diagnose,
     diagnosis_changed,
     job_evidence,
@@ -39,11 +41,47 @@ class Tracked:
     job: JobEvidence
     status: NormalizedStatus  # the last full status: the details of a diagnosis update
     metadata: dict[str, Any]  # the labels and annotation events select, and the resourceVersion
-    resources: JobResources | None = None
+    resources: dict[str, Any] | None = None  # JobResources as the event carries it (JSON)
     keys: set[str] = field(default_factory=set)
+    # What links and resources were read from (see _spec_key); None: read them on every event.
+    spec_key: tuple[object, ...] | None = None
+    # The job's pods and Warning events as the cache last gave them; None once any of its keys
+    # moved (the cache names them), so a job event that changed only the job reads no pods.
+    pods: list[PodEvidence] | None = None
+    events: list[WarningEvent] | None = None
 
 
-def _event_metadata(metadata: Mapping[str, Any], options: WatchOptions) -> dict[str, Any]:
+def _spec_key(
+    kind_key: str, obj: Mapping[str, Any], metadata: Mapping[str, Any]
+) -> tuple[object, ...] | None:
+    """What a job's links and resources depend on besides its uid, name and namespace: its spec,
+    which the apiserver versions by ``metadata.generation`` (bumped on every spec change of a
+    batch Job and of a custom resource), its apiVersion (MPIJob's selectors differ per version),
+    and a RayJob's ``status.rayClusterName``. None when there is no generation to go by."""
+    generation = metadata.get("generation")
+    if not isinstance(generation, int) or isinstance(generation, bool):
+        return None
+    status = obj.get("status")
+    ray_cluster = None
+    if kind_key == "rayjob" and isinstance(status, Mapping):
+        ray_cluster = status.get("rayClusterName")
+    return (generation, obj.get("apiVersion"), ray_cluster)
+
+
+def _resources_json(obj: Mapping[str, Any], kind_key: str) -> dict[str, Any] | None:
+    try:
+        resources = summarize_resources(obj, kind_key)
+    except Exception:  # a template diagnosis cannot read: the events go without resources
+        return None
+    return resources.model_dump(mode="json", exclude_none=True)
+
+
+def _event_metadata(
+    metadata: Mapping[str, Any], options: WatchOptions, previous: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The labels and annotation a diagnosis update's event selects, and the resourceVersion.
+    ``previous`` (the job's last one, held by its Tracked only) is updated and returned when its
+    labels and annotation are the same: a status change then leaves no new dicts to collect."""
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
     keep = set(options.selected_labels) | ({options.owner_label} if options.owner_label else set())
     out: dict[str, Any] = {"labels": {k: v for k, v in labels.items() if k in keep}}  # type: ignore[union-attr]
@@ -52,6 +90,13 @@ def _event_metadata(metadata: Mapping[str, Any], options: WatchOptions) -> dict[
         value = annotations.get(options.owner_annotation)
         if value is not None:
             out["annotations"] = {options.owner_annotation: value}
+    if (
+        previous is not None
+        and previous["labels"] == out["labels"]
+        and previous.get("annotations") == out.get("annotations")
+    ):
+        out = previous
+        out.pop("resourceVersion", None)
     if isinstance(metadata.get("resourceVersion"), str):
         out["resourceVersion"] = metadata["resourceVersion"]
     return out
@@ -66,7 +111,9 @@ class JobDiagnoser:
         self._logs = logs
         self._options = options
         self._tracked: dict[str, Tracked] = {}
-        self._by_key: dict[str, set[str]] = {}
+        # key -> uids of the jobs whose links name it: a tuple, as a key has one job or a few (a
+        # set of one is 216 bytes, a tuple 48).
+        self._by_key: dict[str, tuple[str, ...]] = {}
         self.dirty: set[str] = set()
         self.wake = asyncio.Event()
         self._unsubscribe = cache.subscribe(self._on_keys)
@@ -78,7 +125,11 @@ class JobDiagnoser:
         for key in keys:
             uids = self._by_key.get(key)
             if uids:
-                self.dirty |= uids
+                self.dirty.update(uids)
+                for uid in uids:
+                    tracked = self._tracked.get(uid)
+                    if tracked is not None:
+                        tracked.pods = tracked.events = None
         if self.dirty:
             self.wake.set()
 
@@ -91,11 +142,22 @@ class JobDiagnoser:
         return self._tracked.get(uid)
 
     def track(self, uid: str, obj: Mapping[str, Any], status: NormalizedStatus) -> Tracked | None:
-        """Remember a live job's side of the evidence after one of its own events."""
-        links = job_links(self._kind_key, obj)
-        if links is None:
-            return None
-        metadata = obj.get("metadata") if isinstance(obj.get("metadata"), Mapping) else {}
+        """Remember a live job's side of the evidence after one of its own events.
+
+        Links and resources are read from the spec only when it changed (``_spec_key``): a job's
+        status changes far more often than its spec, and summing its templates' requests was half
+        of what diagnosis added to a job event (bench/diagnosis)."""
+        raw_metadata = obj.get("metadata")
+        metadata: Mapping[str, Any] = raw_metadata if isinstance(raw_metadata, Mapping) else {}
+        old = self._tracked.get(uid)
+        spec_key = _spec_key(self._kind_key, obj, metadata)
+        if old is not None and spec_key is not None and old.spec_key == spec_key:
+            links, resources = old.links, old.resources
+        else:
+            found = job_links(self._kind_key, obj)
+            if found is None:
+                return None
+            links, resources = found, _resources_json(obj, self._kind_key)
         job = job_evidence(
             self._kind_key,
             obj,
@@ -105,17 +167,23 @@ class JobDiagnoser:
             reason=status.reason,
             message=status.message,
         )
-        old = self._tracked.get(uid)
-        try:
-            resources: JobResources | None = summarize_resources(obj, self._kind_key)
-        except Exception:  # a template diagnosis cannot read: the event goes without resources
-            resources = None
-        tracked = Tracked(links, job, status, _event_metadata(metadata, self._options), resources)  # type: ignore[arg-type]
+        if old is not None and old.links == links:
+            # Updated in place: a job's status churn then leaves little for the collector.
+            old.job, old.status, old.resources, old.spec_key = job, status, resources, spec_key
+            old.metadata = _event_metadata(metadata, self._options, old.metadata)
+            return old
+        tracked = Tracked(
+            links,
+            job,
+            status,
+            _event_metadata(metadata, self._options),
+            resources,
+            spec_key=spec_key,
+        )
         tracked.keys = links.keys()
-        if old is not None and old.keys != tracked.keys:
+        if old is not None:
             self._unindex(uid, old.keys - tracked.keys)
-        for key in tracked.keys:
-            self._by_key.setdefault(key, set()).add(uid)
+        self._index(uid, tracked.keys)
         self._tracked[uid] = tracked
         return tracked
 
@@ -128,9 +196,9 @@ class JobDiagnoser:
             return
         keys = links.keys()
         self._unindex(uid, tracked.keys - keys)
-        for key in keys:
-            self._by_key.setdefault(key, set()).add(uid)
+        self._index(uid, keys)
         tracked.links, tracked.keys = links, keys
+        tracked.pods = tracked.events = None
         self.dirty.add(uid)
         self.wake.set()
 
@@ -140,12 +208,20 @@ class JobDiagnoser:
             self._unindex(uid, old.keys)
         self.dirty.discard(uid)
 
+    def _index(self, uid: str, keys: set[str]) -> None:
+        for key in keys:
+            uids = self._by_key.get(key, ())
+            if uid not in uids:
+                self._by_key[key] = (*uids, uid)
+
     def _unindex(self, uid: str, keys: set[str]) -> None:
         for key in keys:
             uids = self._by_key.get(key)
-            if uids is not None:
-                uids.discard(uid)
-                if not uids:
+            if uids is not None and uid in uids:
+                rest = tuple(u for u in uids if u != uid)
+                if rest:
+                    self._by_key[key] = rest
+                else:
                     del self._by_key[key]
 
     def diagnose(self, uid: str, now: datetime) -> Diagnosis | None:
@@ -153,8 +229,10 @@ class JobDiagnoser:
         if tracked is None:
             return None
         cache, links = self._cache, tracked.links
-        pods = cache.pods_of(links)
-        events = cache.events_of(links, pods)
+        if tracked.pods is None or tracked.events is None:
+            tracked.pods = cache.pods_of(links)
+            tracked.events = cache.events_of(links, tracked.pods)
+        pods, events = tracked.pods, tracked.events
         diagnosis = diagnose(
             tracked.job, pods, events, cache.workload_of(links), cache.podgroup_of(links), now
         )
@@ -192,11 +270,7 @@ def event_extras(
     wait, run = job_times(status.created_at, first_running, status.finished_at, now, terminal=terminal)
     return {
         "diagnosis": diagnosis.model_dump(mode="json", exclude_none=True) if diagnosis is not None else None,
-        "resources": (
-            tracked.resources.model_dump(mode="json", exclude_none=True)
-            if tracked is not None and tracked.resources is not None
-            else None
-        ),
+        "resources": tracked.resources if tracked is not None else None,
         "queue_wait_seconds": wait,
         "run_seconds": run,
     }

@@ -28,7 +28,8 @@ from diagnosis_testkit import (
     workload,
 )
 
-from trainwatch_watcher.diagnosis import trim_event, trim_pod, trim_podgroup, trim_workload
+from trainwatch_common.events.jobs import Phase
+from trainwatch_watcher.diagnosis import job_evidence, trim_event, trim_pod, trim_podgroup, trim_workload
 
 LONG_FIT = (
     "0/512 nodes are available: "
@@ -294,3 +295,21 @@ def test_podgroups_of_both_schedulers() -> None:
         3,
         (),
     )
+
+
+def test_a_jobs_evidence_keeps_only_the_conditions_that_say_why_it_failed() -> None:
+    """Created, Running, Restarting... say nothing the normalized status does not: only a true
+    Failed or FailureTarget is kept (the engine reads no other; parsing the rest on every job
+    event was a fifth of what diagnosis added to it, bench/diagnosis)."""
+    conditions = [
+        condition("Created", "True", "PyTorchJobCreated", "created", 0),
+        condition("Running", "False", "PyTorchJobRunning", "running", 1),
+        condition("Restarting", "True", "PyTorchJobRestarting", "restarting", 2),
+        condition("FailureTarget", "False", "BackoffLimitExceeded", "not yet", 3),
+        condition("Failed", "True", "PyTorchJobFailed", "1 Worker replica(s) failed.", 4),
+    ]
+    job = {"metadata": {"name": "bert"}, "status": {"conditions": conditions}}
+    evidence = job_evidence("pytorchjob", job, phase=Phase.FAILED, terminal=True)
+    assert [(c.type, c.reason) for c in evidence.conditions] == [("Failed", "PyTorchJobFailed")]
+    running_job = {"metadata": {"name": "bert"}, "status": {"conditions": conditions[:3]}}
+    assert job_evidence("pytorchjob", running_job, phase=Phase.RUNNING).conditions == ()

@@ -255,3 +255,32 @@ def test_since_is_the_earliest_evidence_of_the_category_and_never_in_the_future(
     assert d is not None
     assert d.since is not None
     assert d.since <= at(60)
+
+
+def test_a_jobset_whose_first_failed_job_hit_its_deadline_is_deadline_exceeded() -> None:
+    """The JobSet says only "FailedJobs ... (first failed job: X)"; the job controller's Warning on
+    child Job X says it ran past activeDeadlineSeconds (reference §3.4, §3.1). The pods the
+    deadline killed (SIGTERM, 143) are its consequence, not the cause."""
+    message = "jobset failed due to one or more job failures (first failed job: bert-workers-2)"
+    deadline = core_event(
+        "DeadlineExceeded", "Job was active longer than specified deadline", kind="Job", name="bert-workers-2"
+    )
+    killed = pod(
+        "bert-workers-2-0-bbbbb",
+        jobset_labels("bert", "workers", 2),
+        phase="Failed",
+        containers=[container_status("main", terminated("Error", 143, finished=10))],
+    )
+    failed = job("jobset", Phase.FAILED, conditions=[failed_condition("FailedJobs", message)])
+    for pods in ([], [killed]):
+        d = run(failed, pods, [deadline])
+        assert d is not None
+        assert d.category is C.DEADLINE_EXCEEDED, pods
+        assert d.blame is Blame.USER_CONFIG
+    # The same Warning about another child Job than the first failed one does not explain it.
+    other = core_event(
+        "DeadlineExceeded", "Job was active longer than specified deadline", kind="Job", name="bert-workers-0"
+    )
+    d = run(failed, [killed], [other])
+    assert d is not None
+    assert d.category is C.EXIT_CODE

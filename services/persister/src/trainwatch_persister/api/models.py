@@ -136,6 +136,10 @@ class BreakdownPublic(BaseModel):
     by_phase: dict[str, int]
     by_cluster: dict[str, int]
     by_namespace: list[NamespaceCount] = Field(description="The largest (cluster, namespace) pairs first")
+    by_diagnosis: dict[str, int] = Field(
+        default_factory=dict,
+        description="Jobs per category of their current diagnosis, most first (jobs without one: uncounted)",
+    )
 
 
 class BucketPublic(BaseModel):

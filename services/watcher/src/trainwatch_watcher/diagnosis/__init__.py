@@ -10,7 +10,8 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
 1. A **Succeeded** job has nothing to explain: None.
 2. A **decisive job verdict** of a Failed job: ``DeadlineExceeded`` (Job / TrainJob / RayJob
    reasons, Kubeflow's "active longer than specified deadline", Kueue
-   ``MaximumExecutionTimeExceeded``), ``PodFailurePolicy`` (Job ``PodFailurePolicy``, JobSet
+   ``MaximumExecutionTimeExceeded``, a JobSet's first failed child Job's ``DeadlineExceeded``
+   Warning), ``PodFailurePolicy`` (Job ``PodFailurePolicy``, JobSet
    ``FailJobSetFailurePolicyAction``, a Volcano Job ``Terminated``/``Aborted`` by its policy; the
    container, pod and exit code read from the rule's message and enriched with that pod's evidence,
    or taken from the failed pod when the verdict names none), ``ConfigError`` (``<Kind>FailedValidation``,

@@ -358,6 +358,8 @@ def _ts(value: datetime | None) -> float:
 def pod_finding(pod: PodEvidence, *, include_past: bool) -> Finding | None:
     """The strongest explanation one pod gives (``include_past``: count containers that failed
     and were restarted, for a job that is failing or restarting)."""
+    if not pod.containers and not pod.conditions and pod.reason is None:
+        return None  # a healthy pod (trim_pod keeps nothing of it): most pods, on every job event
     containers = [f for c in pod.containers if (f := _container_finding(pod, c, include_past)) is not None]
     oom = [f for f in containers if f.category is C.OOM_KILLED]
     if oom:
@@ -759,6 +761,8 @@ def diagnose(
     events = _recent(events, job, now)
     event_findings = [f for e in events if (f := event_finding(e)) is not None]
     verdict, decisive = job_verdict(job)
+    if not decisive and (child_verdict := _first_failed_child_verdict(job, events)) is not None:
+        verdict, decisive = child_verdict, True
 
     chosen: Finding | None = None
     same: list[Finding] = []
@@ -791,6 +795,24 @@ def diagnose(
 def _same(finding: Finding, chosen: Finding) -> bool:
     """Whether a pod's finding is the chosen one again (counted in ``pods_affected``)."""
     return finding.category is chosen.category and finding.resource == chosen.resource
+
+
+def _first_failed_child_verdict(job: JobEvidence, events: Sequence[WarningEvent]) -> Finding | None:
+    """A failed JobSet (or a TrainJob before Trainer v2.2, which copies the JobSet's condition)
+    says only "FailedJobs ... (first failed job: <child>)": the child Job's own verdict is in the
+    job controller's Warning on it, with its Failed condition's reason (reference §3.4, §3.1). A
+    child that ran past its activeDeadlineSeconds is decisive like the job's own deadline."""
+    if job.kind not in ("jobset", "trainjob") or job.phase is not Phase.FAILED:
+        return None
+    _, message, _ = _failed_condition(job)
+    match = _FIRST_FAILED_JOB.search(message or "")
+    if not match:
+        return None
+    child = match.group(1)
+    for event in events:
+        if event.object_kind == "Job" and event.object_name == child and event.reason == "DeadlineExceeded":
+            return Finding(C.DEADLINE_EXCEEDED, event.reason, event.message, since=event.first_seen)
+    return None
 
 
 def _focus(job: JobEvidence, pods: Sequence[PodEvidence]) -> Sequence[PodEvidence]:

@@ -71,7 +71,8 @@ def _int(value: object) -> int | None:
 
 
 def _map(value: object) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
+    # A decoded JSON object is a dict: tested first, as isinstance(Mapping) goes through the ABC.
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _list(value: object) -> Sequence[Any]:
@@ -188,7 +189,8 @@ class PodGroupEvidence:
 
 @dataclass(frozen=True, slots=True)
 class JobEvidence:
-    """The job's normalized status plus the raw conditions diagnosis reads reasons from."""
+    """The job's normalized status plus the conditions diagnosis reads reasons from: its true
+    ``Failed`` and ``FailureTarget`` (the others explain nothing the status does not say)."""
 
     kind: str  # Trainwatch kind key
     name: str
@@ -205,7 +207,7 @@ class JobEvidence:
 def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE) -> tuple[Condition, ...]:
     out = []
     for item in _list(items):
-        if not isinstance(item, Mapping):
+        if type(item) is not dict and not isinstance(item, Mapping):
             continue
         type_ = _word(item.get("type"))
         status = _word(item.get("status"))
@@ -221,6 +223,10 @@ def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE
             )
         )
     return tuple(out)
+
+
+def _explains_job(type_: str, status: str) -> bool:
+    return type_ in ("Failed", "FailureTarget") and status == "True"
 
 
 def _explains_pod(type_: str, status: str) -> bool:
@@ -487,7 +493,9 @@ def job_evidence(
     Volcano conditions carry a phase in ``status`` and no type; they explain nothing and are left out.
     """
     metadata, status = _map(job.get("metadata")), _map(job.get("status"))
-    conditions = _conditions(status.get("conditions"))
+    # Only these are read (engine._failed_condition); leaving the rest out keeps a Running job's
+    # event from parsing conditions nobody reads.
+    conditions = _conditions(status.get("conditions"), _explains_job)
     ray_reason = _s(status.get("reason"), 256)
     if kind == "rayjob" and ray_reason:
         conditions += (

@@ -40,7 +40,8 @@ RawEvent = dict[str, Any]
 @dataclass(frozen=True, slots=True)
 class Synced:
     """Every object that exists was yielded (as ADDED) since the previous ``Synced``/start of a
-    relist; ``uids`` are exactly those objects, so the caller can tell what was deleted meanwhile."""
+    relist; ``uids`` are exactly those objects, so the caller can tell what was deleted meanwhile
+    (empty from a ``Watcher(collect_uids=False)``)."""
 
     resource_version: str
     uids: frozenset[str]
@@ -120,8 +121,12 @@ class Watcher:
         resume_from: str | None = None,
         hooks: WatchHooks | None = None,
         clock: Callable[[], float] = time.monotonic,
+        collect_uids: bool = True,
     ) -> None:
         self._client = client
+        # A caller that tells deletions apart by other means (the evidence cache, by name) does
+        # not need the uids of a 100k-pod listing held until it is synced.
+        self._collect_uids = collect_uids
         self._target = target
         self._timings = timings
         self._hooks = hooks or WatchHooks()
@@ -211,7 +216,7 @@ class Watcher:
             resource_version = resource_version or str(metadata.get("resourceVersion") or "")
             items = page.get("items") or []
             for item in items:
-                uid = _uid(item)
+                uid = _uid(item) if self._collect_uids else None
                 if uid:
                     uids.add(uid)
                 yield {"type": "ADDED", "object": item}
@@ -264,7 +269,7 @@ class Watcher:
                     if kind == "ERROR":
                         raise _error_event(obj)
                     if uids is not None:
-                        uid = _uid(obj)
+                        uid = _uid(obj) if self._collect_uids else None
                         if uid:
                             uids.add(uid)
                     else:

@@ -52,7 +52,7 @@ async def stats(_: ViewerDep, conn: ConnectionDep) -> StatsPublic:
 @router.get(
     "/breakdown",
     response_model=BreakdownPublic,
-    summary="Jobs matching the filters per phase, cluster, namespace",
+    summary="Jobs matching the filters per phase, cluster, namespace and diagnosis category",
 )
 async def breakdown(
     _: ViewerDep,
@@ -68,6 +68,7 @@ async def breakdown(
         by_namespace=[
             NamespaceCount(cluster_id=c, namespace=ns, count=n) for c, ns, n in result.by_namespace
         ],
+        by_diagnosis=result.by_diagnosis,
     )
 
 
