@@ -37,6 +37,7 @@ from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.settings import WatcherSettings
 from trainwatch_watcher.state import StateStore
 from trainwatch_watcher.supervisor import ClusterSupervisor
+from trainwatch_watcher.unowned import UnownedClusters
 
 log = logging.getLogger(__name__)
 
@@ -145,6 +146,14 @@ class WatcherApp:
             if isinstance(connections, RegistryConnections) and connections.lease_proof is None:
                 connections.lease_proof = claims.connection_proof  # the registry asks for it
 
+            unowned = UnownedClusters(
+                redis,
+                desired=lambda: ownership.desired().keys() if ownership.applied.is_set() else None,
+                lease_key=claims.leases.lease_key,
+                interval=max(1.0, s.lease_ttl_ms / 2000),  # half a lease TTL
+                registry=self.metrics.registry,
+            )
+
             async def ready_check() -> bool:
                 return (
                     nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
@@ -156,10 +165,11 @@ class WatcherApp:
             )
             health_server = self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
-                async with tasks:  # stopped newest first: claims, feed, health server
+                async with tasks:  # stopped newest first: unowned count, claims, feed, health server
                     tasks.start("watcher-health-server", health_server.serve)
                     tasks.start("watcher-cluster-feed", lambda: feed.run(ownership.apply))
                     tasks.start("watcher-claims", claims.run)
+                    tasks.start("watcher-unowned-clusters", unowned.run)
                     await stop.wait()
             finally:
                 # SIGTERM: drain and stop every cluster (checkpoints written, within the claims'
