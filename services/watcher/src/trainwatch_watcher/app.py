@@ -21,7 +21,13 @@ from redis.asyncio import BlockingConnectionPool, Redis
 from starlette.applications import Starlette
 
 from trainwatch_common.events.clusters import ClusterSpec
-from trainwatch_common.observability.health import HealthServer, health_routes
+from trainwatch_common.observability.health import (
+    OK,
+    HealthServer,
+    ReadinessCheck,
+    health_routes,
+    nats_status,
+)
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import ensure_streams
 from trainwatch_common.tasks import ServiceTasks
@@ -154,15 +160,18 @@ class WatcherApp:
                 registry=self.metrics.registry,
             )
 
-            async def ready_check() -> bool:
-                return (
-                    nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
-                )
+            async def checkpoints_ready() -> str:  # the informers' Redis pool
+                return OK if await redis.ping() else "no PONG"
+
+            checks: dict[str, ReadinessCheck] = {
+                "nats": lambda: nats_status(nc),
+                "redis": checkpoints_ready,
+                "leases": lambda: OK if claims.redis_ok else "the claim loop's last tick did not reach Redis",
+                "clusters": lambda: OK if self.ready.is_set() else "the desired cluster set not read yet",
+            }
 
             tasks = self.tasks = ServiceTasks()
-            app = Starlette(
-                routes=health_routes({"ready": ready_check}, registry=self.metrics.registry, tasks=tasks)
-            )
+            app = Starlette(routes=health_routes(checks, registry=self.metrics.registry, tasks=tasks))
             health_server = self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
                 async with tasks:  # stopped newest first: unowned count, claims, feed, health server
