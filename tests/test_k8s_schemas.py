@@ -5,7 +5,9 @@ The schemas are the Kubernetes OpenAPI documents converted to JSON Schema, bundl
 ``additionalProperties: false`` everywhere, so an unknown or misspelt field is an error, as it is
 for ``kubectl apply --validate=strict``. What is validated is what ``kubectl apply -k`` sends: the
 resources each kustomization lists, with its namespace set and its generated ConfigMaps, plus the
-files applied on their own (secrets.example.yaml, deploy/rbac).
+files applied on their own (secrets.example.yaml, deploy/rbac). Where kubectl is installed (the
+machine image has it), its own kustomize renders both kustomizations too: the same objects, and its
+output passes the schemas.
 
 ServiceMonitor and PrometheusRule are custom resources of the Prometheus Operator: their envelope
 (apiVersion, kind, and metadata as a strict ObjectMeta) is validated here; their spec is not, since
