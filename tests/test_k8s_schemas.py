@@ -9,10 +9,11 @@ files applied on their own (secrets.example.yaml, deploy/rbac). Where kubectl is
 machine image has it), its own kustomize renders both kustomizations too: the same objects, and its
 output passes the schemas.
 
-ServiceMonitor and PrometheusRule are custom resources of the Prometheus Operator: their envelope
-(apiVersion, kind, and metadata as a strict ObjectMeta) is validated here; their spec is not, since
-the operator's CRD schemas are not vendored (the spec's content is checked by
-test_deploy_manifests.py: metric names, selectors).
+ServiceMonitor and PrometheusRule are custom resources of the Prometheus Operator, whose CRD
+schemas are not vendored: their metadata is validated as a strict ObjectMeta, and their spec
+against the schemas in CUSTOM_RESOURCE_SPECS, written here from the operator's v1 API reference
+(PrometheusRule's whole spec strictly; ServiceMonitor's selectors strictly, its endpoints' fields
+we use by type). test_deploy_manifests.py checks their content (metric names, selectors).
 """
 
 from __future__ import annotations
@@ -50,6 +51,86 @@ def _schema_dir() -> Any:
     )
 
 
+_K8S = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1."
+_DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
+_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
+# Written from the Prometheus Operator's monitoring.coreos.com/v1 API reference (not vendored).
+# PrometheusRule: the whole spec, strict. ServiceMonitor: its selectors strict (a LabelSelector is
+# Kubernetes's own type), an endpoint's fields we use typed, its many other fields let through.
+CUSTOM_RESOURCE_SPECS: dict[str, dict[str, Any]] = {
+    "PrometheusRule": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "additionalProperties": False,
+                    "properties": {
+                        "name": {"type": "string", "minLength": 1},
+                        "interval": _DURATION,
+                        "query_offset": _DURATION,
+                        "labels": _STRINGS,
+                        "limit": {"type": "integer"},
+                        "partial_response_strategy": {"type": "string"},
+                        "rules": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "required": ["expr"],
+                                "additionalProperties": False,
+                                "properties": {
+                                    "alert": {"type": "string"},
+                                    "record": {"type": "string"},
+                                    "expr": {"type": ["string", "integer"]},
+                                    "for": _DURATION,
+                                    "keep_firing_for": _DURATION,
+                                    "labels": _STRINGS,
+                                    "annotations": _STRINGS,
+                                },
+                            },
+                        },
+                    },
+                },
+            }
+        },
+    },
+    "ServiceMonitor": {
+        "type": "object",
+        "required": ["selector", "endpoints"],
+        "properties": {
+            "selector": {"$ref": _K8S + "LabelSelector"},
+            "namespaceSelector": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "any": {"type": "boolean"},
+                    "matchNames": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+            "endpoints": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "port": {"type": "string"},
+                        "path": {"type": "string"},
+                        "interval": _DURATION,
+                        "scrapeTimeout": _DURATION,
+                        "scheme": {"type": "string"},
+                    },
+                },
+            },
+        },
+    },
+}
+
+
 @cache
 def _definitions() -> dict[str, Any]:
     result: dict[str, Any] = json.loads((_schema_dir() / "_definitions.json").read_text())
@@ -61,7 +142,7 @@ def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
     definitions = Resource.from_contents(_definitions())
     group, _, version = api_version.rpartition("/")
     if group in CUSTOM_RESOURCE_GROUPS:
-        # The envelope only (see the module docstring); metadata against the strict ObjectMeta.
+        # Metadata against the strict ObjectMeta; the spec as CUSTOM_RESOURCE_SPECS says.
         schema: dict[str, Any] = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://kubernetes.io/api/{kind.lower()}/{api_version}",
@@ -71,10 +152,8 @@ def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
             "properties": {
                 "apiVersion": {"const": api_version},
                 "kind": {"const": kind},
-                "metadata": {
-                    "$ref": "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
-                },
-                "spec": {"type": "object"},
+                "metadata": {"$ref": _K8S + "ObjectMeta"},
+                "spec": CUSTOM_RESOURCE_SPECS[kind],
             },
         }
     else:
@@ -211,6 +290,22 @@ def test_an_unknown_metadata_field_on_a_custom_resource_is_an_error() -> None:
     [rule] = [copy.deepcopy(d) for _, d in OBJECTS if d["kind"] == "PrometheusRule"]
     rule["metadata"]["label"] = {"release": "x"}
     assert any("'label' was unexpected" in e for e in schema_errors(rule))
+
+
+def test_a_misspelt_alert_field_or_a_bad_duration_is_an_error() -> None:
+    [rule] = [copy.deepcopy(d) for _, d in OBJECTS if d["kind"] == "PrometheusRule"]
+    first = rule["spec"]["groups"][0]["rules"][0]
+    first["expression"] = first.pop("expr")
+    rule["spec"]["groups"][0]["rules"][1]["for"] = "5 minutes"
+    errors = schema_errors(rule)
+    assert any("'expr' is a required property" in e for e in errors), errors
+    assert any(e.startswith("spec.groups.0.rules.1.for: ") for e in errors), errors
+
+
+def test_a_wrong_selector_on_the_service_monitor_is_an_error() -> None:
+    [monitor] = [copy.deepcopy(d) for _, d in OBJECTS if d["kind"] == "ServiceMonitor"]
+    monitor["spec"]["selector"]["matchLabel"] = monitor["spec"]["selector"].pop("matchLabels")
+    assert any("'matchLabel' was unexpected" in e for e in schema_errors(monitor))
 
 
 # Applied on their own, never by `kubectl apply -k`: the Secrets' example holds placeholders that
