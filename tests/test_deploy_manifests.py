@@ -209,6 +209,8 @@ def test_alert_rules_name_existing_metrics_and_cover_the_issue() -> None:
     wanted = {
         "watch lag": "trainwatch_watcher_watch_lag_seconds",
         "cluster unreachable": "trainwatch_watcher_cluster_reachable",
+        "clusters without an owner": "trainwatch_watcher_clusters_unowned",
+        "no watcher replica": "trainwatch_watcher_live_replicas",
         "dead letters": "trainwatch_persister_deadlettered_total",
         "notifier dead letters": "trainwatch_notifier_deadletters_total",
         "consumer pending": "trainwatch_persister_consumer_pending",
@@ -222,6 +224,8 @@ def test_the_grafana_dashboard_names_existing_metrics() -> None:
     exposed = exposed_names()
     expressions = [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     assert any("trainwatch_persister_jobs" in e for e in expressions), "jobs by phase shown"
+    assert any("trainwatch_watcher_clusters_unowned" in e for e in expressions), "unowned shown"
+    assert any("trainwatch_watcher_watch_lag_seconds" in e for e in expressions), "watch lag shown"
     for expr in expressions:
         assert _metrics_in(expr) <= exposed, expr
 

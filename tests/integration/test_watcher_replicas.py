@@ -26,6 +26,7 @@ published yet (without the fences it then stores them under its old epoch and th
 from __future__ import annotations
 
 import asyncio
+import re
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -249,6 +250,19 @@ async def test_a_sigterm_rolling_restart_hands_each_cluster_over_in_under_2s_los
         assert [(c, round(g, 2)) for c, g in gaps if g >= 2.0] == []
         await assert_exactly_once(stream, scenarios.truth)
         await assert_checkpoints_agree(redis_url, stream)
+
+        # What an operator sees afterwards (issue 17): every new replica ready, saying so check by
+        # check, and every one reporting the same fleet-wide count of unowned clusters: 0.
+        async def fleet_reports_none_unowned() -> bool:
+            pages = [(await r.http("/metrics")).text for r in fleet.live]
+            none = re.compile(r"^trainwatch_watcher_clusters_unowned 0\.0$", re.MULTILINE)
+            return all(none.search(page) for page in pages)
+
+        await eventually(fleet_reports_none_unowned, timeout=10, message="no cluster unowned")
+        for replica in fleet.live:
+            body = (await replica.http("/readyz")).json()
+            assert body["ready"] is True, body
+            assert set(body["checks"].values()) == {"ok"}, body
 
 
 async def test_a_replica_paused_past_its_ttl_publishes_nothing_stale_once_resumed(

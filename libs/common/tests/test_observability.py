@@ -30,7 +30,7 @@ async def test_health_endpoints() -> None:
         assert (await client.get("/healthz")).status_code == 200
         not_ready = await client.get("/readyz")
         assert not_ready.status_code == 503
-        assert not_ready.json()["checks"] == {"nats": False}
+        assert not_ready.json() == {"ready": False, "checks": {"nats": "not ready"}}
         ready["value"] = True
         assert (await client.get("/readyz")).status_code == 200
         metrics = await client.get("/metrics")

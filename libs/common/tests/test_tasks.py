@@ -204,7 +204,7 @@ async def test_readyz_names_each_task_and_fails_while_one_is_down() -> None:
             assert ready.status_code == 200
             assert ready.json() == {
                 "ready": True,
-                "checks": {"nats": True},
+                "checks": {"nats": "ok", "tasks": "ok"},
                 "tasks": {"unit-consumer": "running"},
             }
             crash.set()
@@ -212,3 +212,4 @@ async def test_readyz_names_each_task_and_fails_while_one_is_down() -> None:
             down = await client.get("/readyz")
             assert down.status_code == 503
             assert down.json()["tasks"] == {"unit-consumer": "restarting"}
+            assert down.json()["checks"]["tasks"] == "not running: unit-consumer restarting"

@@ -216,3 +216,23 @@ async def test_sigterm_ends_open_streams_and_stops_the_process_promptly(nats_url
         if process.poll() is None:
             process.kill()
         process.wait()
+
+
+async def test_readyz_is_ok_once_subscribed_and_says_so(nats_url: str) -> None:
+    """Issue 17: the same shape as when not ready (test_backends_down_show_a_banner_not_a_500)."""
+    nc = await nats.connect(nats_url)
+    await ensure_streams(nc.jetstream())
+    await nc.close()
+    settings = DashboardSettings(
+        nats_url=nats_url,
+        registry_url="http://127.0.0.1:9",
+        query_url="http://127.0.0.1:9",
+        dashboard_public_read=True,
+    )
+    app = create_app(settings)
+    async with serving(app) as base, httpx.AsyncClient(base_url=base, timeout=10) as client:
+        await asyncio.wait_for(app.state.live.subscribed.wait(), 10)
+        ready = await client.get("/readyz")
+    assert ready.status_code == 200, ready.text
+    assert ready.json()["ready"] is True
+    assert ready.json()["checks"] == {"nats": "ok", "tasks": "ok"}

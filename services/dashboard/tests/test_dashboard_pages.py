@@ -489,6 +489,7 @@ async def test_backends_down_show_a_banner_not_a_500() -> None:
     assert clusters.status_code == 200
     assert "not answering" in clusters.text
     assert ready.status_code == 503
+    assert ready.json()["checks"]["nats"] == "NATS not reachable yet (retrying)", ready.text
 
 
 async def test_the_landing_page_is_the_overview(client: httpx.AsyncClient) -> None:

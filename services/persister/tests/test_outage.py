@@ -49,7 +49,12 @@ async def test_database_killed_mid_stream_and_restarted(
             await publishing
             await publish_all(second_half)  # arrive during the outage
             await eventually(lambda: not app.state.consumer.database_ok, message="outage noticed")
-            assert (await client.get("/readyz")).status_code == 503
+            not_ready = await client.get("/readyz")
+            assert not_ready.status_code == 503
+            # Which dependency and why (issue 17); NATS is fine meanwhile.
+            assert not_ready.json()["checks"]["database"] != "ok", not_ready.text
+            assert not_ready.json()["checks"]["consumer"] == "ok", not_ready.text
+            assert postgres_process.url not in not_ready.text
             pending = await js.consumer_info(PERSISTER_CONSUMER.stream, "persister")
             assert pending.num_pending + pending.num_ack_pending > 0, (
                 "nothing may be acked while the database is down"
@@ -61,7 +66,9 @@ async def test_database_killed_mid_stream_and_restarted(
             )
             await eventually(lambda: _fully_acked(js), timeout=20, message="every message acked")
             assert app.state.consumer.database_ok
-            assert (await client.get("/readyz")).status_code == 200
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200
+            assert ready.json()["checks"] == {"database": "ok", "consumer": "ok", "tasks": "ok"}
             async with engine.connect() as conn:
                 states = {
                     (r.phase, r.sequence)

@@ -173,7 +173,7 @@ async def test_health_and_metrics_are_open(registry: Harness) -> None:
     assert metrics.status_code == 200
     assert "trainwatch_registry" in metrics.text
     ready = await registry.client.get("/readyz")
-    assert ready.json()["checks"]["database"] is True
+    assert ready.json()["checks"]["database"] == "ok"
 
 
 async def test_oversized_body_is_413(registry: Harness) -> None:

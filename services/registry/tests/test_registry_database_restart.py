@@ -46,7 +46,13 @@ async def test_postgres_restart_only_delays_the_registry(
             await asyncio.sleep(1.0)  # the health consumer fetches it and meets the database away
             during = await registry.client.get("/v1/clusters", headers=VIEWER)
             assert during.status_code == 503, during.text
-            assert (await registry.client.get("/readyz")).status_code == 503
+            not_ready = await registry.client.get("/readyz")
+            assert not_ready.status_code == 503
+            # Says which dependency and why, and nothing of its DSN (issue 17).
+            reason = not_ready.json()["checks"]["database"]
+            assert reason.startswith(("failing (", "no answer within")), not_ready.text
+            assert not_ready.json()["checks"]["nats"] == "ok", not_ready.text
+            assert postgres_process.url.split("@")[0] not in not_ready.text
 
             postgres_process.start()
             restarted = time.monotonic()
@@ -65,7 +71,9 @@ async def test_postgres_restart_only_delays_the_registry(
             print(f"registry: work resumed {delay:.2f}s after PostgreSQL was back")
             # Not the consumer's 30 s ack wait: the report was held and retried, not given up.
             assert delay < 10, f"the health report waited {delay:.1f}s"
-            assert (await registry.client.get("/readyz")).status_code == 200
+            ready = await registry.client.get("/readyz")
+            assert ready.status_code == 200
+            assert set(ready.json()["checks"].values()) == {"ok"}, ready.text
             tasks = registry.app.state.tasks
             assert {name: tasks.crashes(name) for name in tasks.states()} == dict.fromkeys(
                 tasks.states(), 0

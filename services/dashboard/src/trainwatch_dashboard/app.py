@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from trainwatch_common.observability.health import health_routes
+from trainwatch_common.observability.health import health_routes, nats_status
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_dashboard import admin, pages
 from trainwatch_dashboard.backends import build_backends
@@ -65,6 +65,14 @@ class LiveConnection:
 
     def connected(self) -> bool:
         return self.nc is not None and self.nc.is_connected and self.subscribed.is_set()
+
+    def status(self) -> str:
+        """The live feed's state in /readyz's words."""
+        if self.nc is None:
+            return "NATS not reachable yet (retrying)"
+        if not self.subscribed.is_set():
+            return "connected, not subscribed yet"
+        return nats_status(self.nc)
 
     async def run(self) -> None:
         delay = 0.5
@@ -179,7 +187,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
     app.add_middleware(HostAndHeaders, allowed_hosts=settings.allowed_hosts())
     app.state.broker = broker
     app.state.tasks = tasks
-    for route in health_routes({"nats": live.connected}, registry=_metrics(broker, feed), tasks=tasks):
+    for route in health_routes({"nats": live.status}, registry=_metrics(broker, feed), tasks=tasks):
         app.router.routes.append(route)
     static_dir = resources.files("trainwatch_dashboard") / "static"
     app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")

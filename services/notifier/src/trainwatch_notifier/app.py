@@ -22,7 +22,13 @@ from redis.asyncio import Redis
 from starlette.applications import Starlette
 
 from trainwatch_common import ensure_consumer, ensure_streams
-from trainwatch_common.observability.health import HealthServer, health_routes
+from trainwatch_common.observability.health import (
+    OK,
+    HealthServer,
+    ReadinessCheck,
+    health_routes,
+    nats_status,
+)
 from trainwatch_common.redis_connection import describe as describe_redis
 from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.streams import (
@@ -69,16 +75,18 @@ class Notifier:
         self._redis: Redis | None = None
         self.tasks = ServiceTasks()
 
-    async def _redis_ok(self) -> bool:
-        return self._redis is not None and bool(await self._redis.ping())
+    async def _redis_ok(self) -> str:
+        if self._redis is None:
+            return "not connected yet"
+        return OK if await self._redis.ping() else "no PONG"
 
-    def _checks(self) -> dict[str, Callable[[], Awaitable[bool] | bool]]:
+    def _checks(self) -> dict[str, ReadinessCheck]:
         return {
-            "nats": lambda: self._nc is not None and self._nc.is_connected,
+            "nats": lambda: nats_status(self._nc),
             "redis": self._redis_ok,
-            "rules": lambda: self.rules.current is not None,
-            "clusters": self.clusters.loaded.is_set,
-            "consuming": self.ready.is_set,
+            "rules": lambda: OK if self.rules.current is not None else "rules file not loaded",
+            "clusters": lambda: OK if self.clusters.loaded.is_set() else "cluster list not read yet",
+            "consuming": lambda: OK if self.ready.is_set() else "consumer not started",
         }
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -22,7 +22,7 @@ from nats.aio.client import Client as NatsClient
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.auth import ApiTokens
 from trainwatch_common.observability.database import install_database_unavailable_handler
-from trainwatch_common.observability.health import health_routes
+from trainwatch_common.observability.health import OK, health_routes, nats_status
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.streams import PERSISTER_CONSUMER
 from trainwatch_common.tasks import ServiceTasks
@@ -66,22 +66,24 @@ def create_app(settings: PersisterSettings, *, tokens: ApiTokens | None = None) 
     return app
 
 
-def _database_ready(app: FastAPI) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
+def _database_ready(app: FastAPI) -> Callable[[], Awaitable[str]]:
+    async def check() -> str:
         async with app.state.engine.connect() as conn:
             await conn.execute(sa.text("SELECT 1"))
         consumer: JobEventConsumer | None = app.state.consumer
-        return consumer is None or consumer.database_ok
+        if consumer is not None and not consumer.database_ok:
+            return "writes failing (the last batch was not stored; retrying)"
+        return OK
 
     return check
 
 
-def _consumer_ready(app: FastAPI) -> Callable[[], bool]:
-    def check() -> bool:
+def _consumer_ready(app: FastAPI) -> Callable[[], str]:
+    def check() -> str:
         if not app.state.settings.consume:
-            return True
-        nc: NatsClient | None = getattr(app.state, "nats", None)
-        return nc is not None and nc.is_connected  # the consumer task itself: ServiceTasks
+            return OK
+        # The NATS connection; the consumer task itself is in checks["tasks"] (ServiceTasks).
+        return nats_status(getattr(app.state, "nats", None))
 
     return check
 

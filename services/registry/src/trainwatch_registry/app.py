@@ -26,7 +26,7 @@ from trainwatch_common.observability.database import (
     database_unavailable,
     install_database_unavailable_handler,
 )
-from trainwatch_common.observability.health import health_routes
+from trainwatch_common.observability.health import OK, health_routes
 from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
@@ -207,8 +207,8 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             await conn.execute(text("SELECT 1"))
         return True
 
-    def nats_ready() -> bool:
-        return bool(app.state.bus.connected)
+    def nats_ready() -> str:
+        return OK if app.state.bus.connected else "disconnected"
 
     app.router.routes.extend(health_routes({"database": database_ready, "nats": nats_ready}, tasks=tasks))
     app.add_middleware(BodyLimit, max_bytes=settings.registry_max_request_bytes)

@@ -20,7 +20,13 @@ from nats.aio.client import Client as NatsClient
 from starlette.applications import Starlette
 
 from trainwatch_common.events.clusters import ClusterSpec
-from trainwatch_common.observability.health import HealthServer, health_routes
+from trainwatch_common.observability.health import (
+    OK,
+    HealthServer,
+    ReadinessCheck,
+    health_routes,
+    nats_status,
+)
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_common.redis_connection import describe as describe_redis
 from trainwatch_common.redis_connection import redis_client
@@ -38,6 +44,7 @@ from trainwatch_watcher.publishing import Publisher
 from trainwatch_watcher.settings import WatcherSettings
 from trainwatch_watcher.state import StateStore
 from trainwatch_watcher.supervisor import ClusterSupervisor
+from trainwatch_watcher.unowned import UnownedClusters
 
 log = logging.getLogger(__name__)
 
@@ -147,21 +154,33 @@ class WatcherApp:
             if isinstance(connections, RegistryConnections) and connections.lease_proof is None:
                 connections.lease_proof = claims.connection_proof  # the registry asks for it
 
-            async def ready_check() -> bool:
-                return (
-                    nc.is_connected and claims.redis_ok and bool(await redis.ping()) and self.ready.is_set()
-                )
+            unowned = UnownedClusters(
+                redis,
+                desired=lambda: ownership.desired().keys() if ownership.applied.is_set() else None,
+                lease_key=claims.leases.lease_key,
+                interval=max(1.0, s.lease_ttl_ms / 2000),  # half a lease TTL
+                registry=self.metrics.registry,
+            )
+
+            async def checkpoints_ready() -> str:  # the informers' Redis pool
+                return OK if await redis.ping() else "no PONG"
+
+            checks: dict[str, ReadinessCheck] = {
+                "nats": lambda: nats_status(nc),
+                "redis": checkpoints_ready,
+                "leases": lambda: OK if claims.redis_ok else "the claim loop's last tick did not reach Redis",
+                "clusters": lambda: OK if self.ready.is_set() else "the desired cluster set not read yet",
+            }
 
             tasks = self.tasks = ServiceTasks()
-            app = Starlette(
-                routes=health_routes({"ready": ready_check}, registry=self.metrics.registry, tasks=tasks)
-            )
+            app = Starlette(routes=health_routes(checks, registry=self.metrics.registry, tasks=tasks))
             health_server = self.health_server = HealthServer(app, host=s.http_host, port=s.http_port)
             try:
-                async with tasks:  # stopped newest first: claims, feed, health server
+                async with tasks:  # stopped newest first: unowned count, claims, feed, health server
                     tasks.start("watcher-health-server", health_server.serve)
                     tasks.start("watcher-cluster-feed", lambda: feed.run(ownership.apply))
                     tasks.start("watcher-claims", claims.run)
+                    tasks.start("watcher-unowned-clusters", unowned.run)
                     await stop.wait()
             finally:
                 # SIGTERM: drain and stop every cluster (checkpoints written, within the claims'

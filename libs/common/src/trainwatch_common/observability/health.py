@@ -12,6 +12,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 
 import uvicorn
+from nats.aio.client import Client as NatsClient
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -22,7 +23,51 @@ from trainwatch_common.tasks import ServiceTasks
 
 log = logging.getLogger(__name__)
 
-ReadinessCheck = Callable[[], Awaitable[bool] | bool]
+CheckOutcome = bool | str
+"""What a readiness check answers: True or ``OK`` when ready; False ("not ready") or a string
+saying what is wrong ("disconnected", "rules file not loaded yet"). /readyz returns the string as
+is, so it must never carry a secret or a raw driver message (which can hold a DSN)."""
+ReadinessCheck = Callable[[], Awaitable[CheckOutcome] | CheckOutcome]
+OK = "ok"
+CHECK_TIMEOUT = 2.0  # a dependency that does not answer within this is reported as such
+
+
+def describe(outcome: CheckOutcome) -> str:
+    """A check's outcome as /readyz shows it: "ok" or why not."""
+    if outcome is True:
+        return OK
+    if outcome is False:
+        return "not ready"
+    return outcome
+
+
+def nats_status(nc: NatsClient | None) -> str:
+    """A NATS connection's state in /readyz's words."""
+    if nc is None:
+        return "not connected yet"
+    if nc.is_connected:
+        return OK
+    if nc.is_reconnecting:
+        return "disconnected, reconnecting"
+    if nc.is_closed:
+        return "closed"
+    return "connecting"
+
+
+def failure(exc: BaseException) -> str:
+    """Why a dependency failed, by the exception's class only: its message may hold a DSN."""
+    if isinstance(exc, TimeoutError):
+        return f"no answer within {CHECK_TIMEOUT:g} s"
+    return f"failing ({type(exc).__name__})"
+
+
+async def _run_check(check: ReadinessCheck) -> str:
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT):
+            outcome = check()
+            return describe(await outcome if isinstance(outcome, Awaitable) else outcome)
+    except Exception as exc:  # a failing check means "not ready", never a 500
+        return failure(exc)
 
 
 def health_routes(
@@ -32,27 +77,29 @@ def health_routes(
     tasks: ServiceTasks | None = None,
 ) -> list[Route]:
     """Liveness is "the process answers"; readiness runs every named check and, given the
-    service's ``tasks``, requires each of them running (the answer names every task's state)."""
+    service's ``tasks``, requires each of them running.
+
+    /readyz answers 200 when ready and 503 when not, with the same body either way:
+    ``{"ready": bool, "checks": {name: "ok" or why not}, "tasks": {name: state}}``; with tasks,
+    ``checks["tasks"]`` names those not running."""
     checks = dict(checks or {})
 
     async def healthz(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def readyz(_: Request) -> Response:
-        results: dict[str, bool] = {}
-        for name, check in checks.items():
-            try:
-                outcome = check()
-                results[name] = bool(await outcome) if isinstance(outcome, Awaitable) else bool(outcome)
-            except Exception as exc:  # a failing check means "not ready", never a 500
-                log.debug("readiness check failed", extra={"check": name, "error": repr(exc)})
-                results[name] = False
-        ready = all(results.values())
-        body: dict[str, object] = {"ready": ready, "checks": results}
+        results = {name: await _run_check(check) for name, check in checks.items()}
+        body: dict[str, object] = {"checks": results}
         if tasks is not None:
-            ready = ready and tasks.ready
-            body.update(ready=ready, tasks=tasks.states())
-        return JSONResponse(body, status_code=200 if ready else 503)
+            states = tasks.states()
+            down = ", ".join(f"{name} {state}" for name, state in states.items() if state != "running")
+            results["tasks"] = OK if tasks.ready else (f"not running: {down}" if down else "stopping")
+            body["tasks"] = states
+        ready = all(result == OK for result in results.values())
+        for name, result in results.items():
+            if result != OK:
+                log.debug("not ready", extra={"check": name, "reason": result})
+        return JSONResponse({"ready": ready, **body}, status_code=200 if ready else 503)
 
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
