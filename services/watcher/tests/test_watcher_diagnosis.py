@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from redis.asyncio import Redis
 from watcher_harness import (
     FakeRegistry,
     HealthEvents,
@@ -285,22 +286,24 @@ async def test_diagnosis_disabled_opens_no_evidence_watch_and_puts_no_diagnosis_
     assert [e for e in job_events.of_cluster("plain") if e.diagnosis is not None] == []
 
 
-@pytest.mark.parametrize("restart", [False, True], ids=["same-watcher", "after-a-restart"])
+@pytest.mark.parametrize("restart", ["none", "graceful", "checkpoint-lost"])
 @pytest.mark.parametrize("kind", ["JobSet", "TrainJob", "MPIJob", "Job"])
 async def test_a_warning_event_that_arrives_after_its_job_was_seen_still_diagnoses_the_job(
     sim: kubesim.Simulator,
     registry: FakeRegistry,
     watcher: RunningWatcher,
     job_events: JobEvents,
+    redis: Redis,
     kind: str,
-    restart: bool,
+    restart: str,
 ) -> None:
     """The chaos run's QuotaExceeded JobSet (seed 31): its job-controller Event, written on a child
     Job (a JobSet's or TrainJob's ``<name>-<replicatedJob>-<i>``, an MPIJob's launcher), reached the
     evidence cache only after the job's first event went out. Here the watcher may not read Events
-    until then; with ``restart``, the watcher that saw the job stops first and the next one resumes
-    from its checkpoint, where no event of the job comes again: it must still link the job it knows
-    only from its checkpoint to the evidence that arrives."""
+    until then. With a restart, the watcher that saw the job stops first and the next one resumes
+    (from its checkpoint, or with the checkpoint lost, from the JOBS stream's last events, as the
+    chaos run's informer did after a HistoryDiverged), so no event of the job comes again: it must
+    still link the job it knows only from there to the evidence that arrives."""
     cluster = await sim.add_cluster("late", seed=6)
     cluster.forbid("events")
     await registry.add(cluster)
@@ -315,10 +318,12 @@ async def test_a_warning_event_that_arrives_after_its_job_was_seen_still_diagnos
 
     seen = await eventually(seen_without_the_event, message=f"the {kind}'s first event")
     assert all(e.diagnosis is None or e.diagnosis.category.value != "QuotaExceeded" for e in seen)
-    if restart:
+    if restart != "none":
         await watcher.stop()  # gracefully: the next start resumes from the checkpoint
+    if restart == "checkpoint-lost":
+        await redis.flushall()
     cluster.allow("events")
-    if restart:
+    if restart != "none":
         await watcher.start()
         await watcher.wait_synced("late", informers=len(cluster.kinds))
     await _wait_diagnoses(job_events, [truth], "late")
