@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 import pytest
+from redis.asyncio import Redis
 from watcher_harness import (
     FakeRegistry,
     HealthEvents,
@@ -317,3 +318,50 @@ async def test_diagnosis_disabled_opens_no_evidence_watch_and_puts_no_diagnosis_
     asked = [path for _, path, _ in cluster.requests if any(e in path for e in evidence)]
     assert asked == [], f"evidence read with diagnosis disabled: {asked[:5]}"
     assert [e for e in job_events.of_cluster("plain") if e.diagnosis is not None] == []
+
+
+@pytest.mark.parametrize("restart", ["none", "graceful", "checkpoint-lost"])
+@pytest.mark.parametrize("kind", ["JobSet", "TrainJob", "MPIJob", "Job"])
+async def test_a_warning_event_that_arrives_after_its_job_was_seen_still_diagnoses_the_job(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+    kind: str,
+    restart: str,
+) -> None:
+    """The chaos run's QuotaExceeded JobSet (seed 31): its job-controller Event, written on a child
+    Job (a JobSet's or TrainJob's ``<name>-<replicatedJob>-<i>``, an MPIJob's launcher), reached the
+    evidence cache only after the job's first event went out. Here the watcher may not read Events
+    until then. With a restart, the watcher that saw the job stops first and the next one resumes
+    (from its checkpoint, or with the checkpoint lost, from the JOBS stream's last events, as the
+    chaos run's informer did after a HistoryDiverged), so no event of the job comes again: it must
+    still link the job it knows only from there to the evidence that arrives."""
+    cluster = await sim.add_cluster("late", seed=6)
+    cluster.forbid("events")
+    await registry.add(cluster)
+    await watcher.start()
+    await watcher.wait_synced("late", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=6, rate=None)
+    truth = await driver.run_diagnosis(kind, "QuotaExceeded")
+    assert truth.category == "QuotaExceeded"
+
+    def seen_without_the_event() -> list[JobStatusEvent]:
+        return _by_uid(job_events, "late").get(truth.uid, [])
+
+    seen = await eventually(seen_without_the_event, message=f"the {kind}'s first event")
+    assert all(e.diagnosis is None or e.diagnosis.category.value != "QuotaExceeded" for e in seen)
+    if restart != "none":
+        await watcher.stop()  # gracefully: the next start resumes from the checkpoint
+    if restart == "checkpoint-lost":
+        await redis.flushall()
+    cluster.allow("events")
+    if restart != "none":
+        await watcher.start()
+        await watcher.wait_synced("late", informers=len(cluster.kinds))
+    await _wait_diagnoses(job_events, [truth], "late")
+    events = sorted(_by_uid(job_events, "late")[truth.uid], key=lambda e: e.sequence)
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert events[-1].change == "diagnosis"
+    assert events[-1].previous_phase == events[-1].phase

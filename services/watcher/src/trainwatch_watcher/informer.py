@@ -35,6 +35,7 @@ from trainwatch_watcher.informer_spec import InformerSpec
 from trainwatch_watcher.job_diagnosis import JobDiagnoser, event_extras, first_running_at, is_news
 from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_object
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
+from trainwatch_watcher.kube import progress
 from trainwatch_watcher.kube.client import KubeClient
 from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
 from trainwatch_watcher.metrics import WatcherMetrics
@@ -212,6 +213,8 @@ class Informer(WatchHooks):
             # Diagnose the listed jobs from listed evidence, or a restart would call the evidence
             # missing "news" (and emit it) before the pods arrive.
             await self._evidence.wait_ready(self._evidence_ready_timeout)
+            if resume_from and self._records:
+                await self._link_checkpointed_jobs(resume_from)
         watcher = Watcher(
             client=self._client,
             target=WatchTarget(spec.kind, spec.namespace),
@@ -236,6 +239,62 @@ class Informer(WatchHooks):
             self._metrics.cache_jobs.dec(len(self._records))
             if self._diagnoser is not None:
                 self._diagnoser.close()
+
+    async def _link_checkpointed_jobs(self, resource_version: str) -> None:
+        """Link the jobs known from the checkpoint to their evidence, and diagnose them again.
+
+        A resume replays only what changed since the checkpoint, so a job that did not change
+        would stay unknown to the diagnoser until its next event, and evidence that arrives
+        meanwhile (a child Job's quota Event seen after the job's first event went out, then a
+        handoff) would wake nobody. One LIST at the resume's resourceVersion shows each job as
+        the checkpoint last saw it; the replay then moves them on in order. Diagnosing them again
+        emits only what is news against the diagnosis the checkpoint says went out."""
+        assert self._diagnoser is not None
+        spec = self.spec
+        target = WatchTarget(spec.kind, spec.namespace)
+        page_size = str(self._timings.list_page_size)
+        params = {
+            "limit": page_size,
+            "resourceVersion": resource_version,
+            "resourceVersionMatch": "Exact",
+            **target.selectors(),
+        }
+        try:
+            # A LIST at a version the server has not reached waits, then fails: ask first.
+            await progress.check_not_ahead(self._client, target.path(), resource_version)
+            while True:
+                page = await self._client.get_json(target.path(), params)
+                items = page.get("items")
+                for obj in items if isinstance(items, list) else ():
+                    await self._link_checkpointed_job(obj)
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    break
+                params = {"limit": page_size, "continue": str(token), **target.selectors()}
+        except errors.WatchExpired:
+            # Compacted, or the server went back in time (ResourceVersionAhead): the resume is
+            # refused the same way and relists, which links every job.
+            return
+        except errors.WatcherError as exc:
+            log.warning(
+                "jobs of the checkpoint not linked to their evidence until their next event",
+                extra={"cluster": spec.cluster_id, "kind": self._kind_label, "error": str(exc)[:200]},
+            )
+
+    async def _link_checkpointed_job(self, obj: Any) -> None:
+        assert self._diagnoser is not None
+        try:
+            uid, namespace, name, metadata = _identity(obj)
+            record = self._records.get(uid)
+            if record is None or not self._in_scope(namespace) or self._diagnoser.tracked(uid) is not None:
+                return
+            related = await self._companion(namespace, name, _resource_version(metadata))
+            status = normalize_object(self.spec.kind, obj, record.last, related=related)
+        except MalformedObject:
+            return  # its own next event is skipped the same way
+        self._diagnoser.track(uid, obj, status)
+        self._diagnoser.dirty.add(uid)
+        self._diagnoser.wake.set()
 
     async def _read_closed(self) -> None:
         """The deletions the stream holds, for a relist of a server that went back in time."""
