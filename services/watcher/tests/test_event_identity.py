@@ -30,7 +30,7 @@ from trainwatch_common.events.jobs import JobStatusEvent, Phase
 from trainwatch_common.testing import eventually
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.recovery import StreamHead
-from trainwatch_watcher.state import PREFIX
+from trainwatch_watcher.state import PREFIX, StateStore, state_key
 
 ALL = len(kubesim.ALL_KINDS)
 
@@ -403,3 +403,110 @@ _T0 = "2026-12-01T10:00:00Z"
 
 def _phases(job_events: JobEvents, uid: str) -> list[str]:
     return [e.phase.value for e in job_events.events if e.job.uid == uid]
+
+
+async def test_a_checkpoint_rebuilt_from_the_stream_is_saved_whole(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+) -> None:
+    """make chaos SEED=7: after Redis restarted with a fresh data dir, the new owner took its
+    jobs' records from the stream but saved only those of the jobs it then emitted for, next to
+    the stream mark that tells the next owner the checkpoint holds everything. The next owner
+    trusted it; after a 410 its relist took the jobs missing from it for new ones, emitted them
+    at sequence 0 under ids the stream already held (HistoryDiverged), threw the relist away
+    and resumed from the stream's compacted resourceVersion: a job created and deleted before
+    that second relist was never reported."""
+    batch_job = kubesim.kinds.BATCH_JOB
+    alpha = await sim.add_cluster("alpha", kinds=[batch_job])
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    bodies = {
+        name: {"metadata": {"name": name, "namespace": "default"}, "spec": {"parallelism": 1}}
+        for name in ("busy", "quiet")
+    }
+    uids = {name: alpha.store.create(batch_job, body)["metadata"]["uid"] for name, body in bodies.items()}
+    # Past its first state: a relist that takes it for a new job emits sequence 0 "created
+    # Running", a different event from the stream's sequence 0 "created Pending".
+    alpha.store.patch_status(batch_job, "default", "quiet", {"active": 1, "ready": 1, "startTime": _T0})
+    await eventually(lambda: _phases(job_events, uids["quiet"]) == ["Pending", "Running"], message="quiet")
+    await eventually(lambda: _phases(job_events, uids["busy"]) == ["Pending"], message="busy")
+
+    await watcher.kill()
+    await redis.flushall()  # a fresh data dir: the checkpoint is rebuilt from the stream
+    alpha.store.patch_status(batch_job, "default", "busy", {"active": 1, "ready": 1, "startTime": _T0})
+    await watcher.start()
+    await eventually(lambda: _phases(job_events, uids["busy"]) == ["Pending", "Running"], message="busy on")
+    await watcher.stop()  # graceful: what was acknowledged is checkpointed, with the stream's mark
+
+    checkpoint = await StateStore(redis).load("alpha", "job")
+    assert {uid: record.slot.sequence for uid, record in checkpoint.records.items()} == {
+        uids["busy"]: 1,
+        uids["quiet"]: 1,
+    }, "the checkpoint holds only some of the jobs the stream holds open"
+
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    # One synchronous step, so no watch sends the new job: the watcher's resourceVersion is then
+    # compacted (410), and only a relist's checkpoint reaches the new job's version.
+    alpha.store.create(batch_job, {"metadata": {"name": "late", "namespace": "default"}, "spec": {}})
+    compacted = alpha.compact()
+    alpha.faults.drop_watches()
+
+    async def relisted() -> bool:
+        rv = await redis.hget(state_key("alpha", "job"), "rv:*")
+        return rv is not None and int(rv) >= compacted
+
+    await eventually(relisted, message="the relist after the 410 checkpointed")
+    assert _metric(watcher, "trainwatch_watcher_event_id_conflicts_total") == 0
+    assert _sequences(job_events, uids["quiet"]) == [0, 1]
+    assert_ids_name_one_event(job_events)
+
+
+async def test_a_checkpoint_set_right_by_the_stream_for_a_relist_is_saved_whole(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+) -> None:
+    """The same for a checkpoint restored from an older snapshot whose resourceVersion is then
+    compacted: the relist diffs against the stream's records, and the checkpoint must keep them."""
+    batch_job = kubesim.kinds.BATCH_JOB
+    alpha = await sim.add_cluster("alpha", kinds=[batch_job])
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    uids = {
+        name: alpha.store.create(
+            batch_job, {"metadata": {"name": name, "namespace": "default"}, "spec": {"parallelism": 1}}
+        )["metadata"]["uid"]
+        for name in ("busy", "quiet")
+    }
+    await eventually(
+        lambda: all(_phases(job_events, uid) == ["Pending"] for uid in uids.values()), message="created"
+    )
+    await watcher.stop()
+    snapshot = await redis.dump(state_key("alpha", "job"))
+    assert snapshot is not None
+    await watcher.start()
+    alpha.store.patch_status(batch_job, "default", "quiet", {"active": 1, "ready": 1, "startTime": _T0})
+    await eventually(lambda: _phases(job_events, uids["quiet"]) == ["Pending", "Running"], message="quiet")
+
+    await watcher.kill()
+    await redis.restore(state_key("alpha", "job"), 0, snapshot, replace=True)
+    alpha.store.patch_status(batch_job, "default", "busy", {"active": 1, "ready": 1, "startTime": _T0})
+    alpha.compact()  # the snapshot's resourceVersion is gone: the watcher relists
+    await watcher.start()
+    await eventually(lambda: _phases(job_events, uids["busy"]) == ["Pending", "Running"], message="busy on")
+    await watcher.stop()
+
+    checkpoint = await StateStore(redis).load("alpha", "job")
+    assert {uid: record.slot.sequence for uid, record in checkpoint.records.items()} == {
+        uids["busy"]: 1,
+        uids["quiet"]: 1,
+    }, "the checkpoint kept a record older than the stream's"
+    assert_ids_name_one_event(job_events)
