@@ -384,7 +384,7 @@ async def test_credentials_forbidden_on_every_kind_are_reported_per_kind(
             assert health.kinds["tfjob"].state == "not_installed"
             return True
 
-        await eventually(forbidden, message="403 on every kind reported as forbidden")
+        await eventually(forbidden, timeout=30, message="403 on every kind reported as forbidden")
     finally:
         await watcher.stop()
 
