@@ -637,7 +637,9 @@ class Informer(WatchHooks):
             confirmed = self._confirmed.get(subject)
             if confirmed is None:
                 confirmed = self._confirmed[subject] = asyncio.get_running_loop().create_future()
-            await confirmed
+            # Shielded: a waiter cancelled (a handoff stops the consumer) must not cancel the
+            # future the re-diagnosis task may be waiting on too.
+            await asyncio.shield(confirmed)
         document = job_events.event_document(
             self.spec, emission, obj, resource_version, uid, observed_at=datetime.now(UTC), extras=extras
         )
@@ -654,7 +656,6 @@ class Informer(WatchHooks):
         if self._unconfirmed.get(pending.subject) is pending:
             del self._unconfirmed[pending.subject]
             confirmed = self._confirmed.pop(pending.subject, None)
-            # Done already when its waiter was cancelled (a handoff stops the consumer first).
             if confirmed is not None and not confirmed.done():
                 confirmed.set_result(None)
 
