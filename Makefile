@@ -14,8 +14,8 @@ run: bootstrap-run  ## Run the whole system locally (embedded defaults, simulate
 	$(UV) run python scripts/run_local.py $(RUN_OPTIONS)
 
 # The short chaos run is left out of `make test` until it reliably prints 0 on every surface (issue
-# 13: after a NATS outage the JOBS stream can still hold a job's events out of sequence order, a
-# watcher's publish retry landing after its successors; SQL and the cards are in order).
+# 13: after Redis loses its data, a start that takes its records from the JOBS stream and then
+# relists can still lose a job's changes; see the xfails in services/watcher/tests/test_event_identity.py).
 # `make test TEST_MARKERS=` runs it too; `make chaos-short` runs it alone.
 TEST_MARKERS ?= not chaos
 
