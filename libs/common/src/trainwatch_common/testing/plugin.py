@@ -168,10 +168,20 @@ async def redis_sentinel_group(
     The test may kill, stop (SIGSTOP) and start any process."""
     param = getattr(request, "param", 1)
     options = param if isinstance(param, dict) else {"replicas": param}
-    group = RedisSentinelGroup(tmp_path / "redis-sentinel", **options)
+    # Its five ports are chosen free before any process binds one; another process may take one
+    # meanwhile ("Address already in use"). Then the whole group starts again on new ports, since
+    # each member's config names the master's.
+    for attempt in range(3):
+        group = RedisSentinelGroup(tmp_path / f"redis-sentinel-{attempt}", **options)
+        try:
+            # In the loop's executor: the processes die with the thread that started them (see servers.py).
+            await asyncio.get_running_loop().run_in_executor(None, group.start)
+            break
+        except RuntimeError as exc:
+            group.close()
+            if "Address already in use" not in str(exc) or attempt == 2:
+                raise
     try:
-        # In the loop's executor: the processes die with the thread that started them (see servers.py).
-        await asyncio.get_running_loop().run_in_executor(None, group.start)
         _versions.setdefault("redis", server_version(group.first_master))
         yield group
     finally:
