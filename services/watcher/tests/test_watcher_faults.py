@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 
 import nats
 from redis.asyncio import Redis
@@ -237,6 +238,37 @@ async def test_publishing_waits_while_nats_is_down(
             await nc.close()
 
 
+@contextlib.asynccontextmanager
+async def _watcher_behind_proxy(
+    nats_process: NatsServer, redis_url: str, sim: kubesim.Simulator, *, ack_timeout: float
+) -> AsyncIterator[tuple[TcpProxy, JobEvents, RunningWatcher, kubesim.Cluster]]:
+    """A watcher reaching NATS through a TcpProxy, synced on one PyTorchJob cluster "alpha";
+    the JOBS stream read directly (past the proxy)."""
+    proxy = TcpProxy("127.0.0.1", int(nats_process.url.rsplit(":", 1)[1]))
+    await proxy.start()
+    nc = await nats.connect(nats_process.url)
+    events = JobEvents(nc)
+    try:
+        await ensure_streams(nc.jetstream())
+        await events.start()
+        settings = make_settings(f"nats://127.0.0.1:{proxy.port}", redis_url, publish_ack_timeout=ack_timeout)
+        registry = FakeRegistry(nc)
+        watcher = RunningWatcher(settings, registry)
+        alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB])
+        await registry.add(alpha)
+        await watcher.start()
+        try:
+            await watcher.wait_synced("alpha", informers=1)
+            yield proxy, events, watcher, alpha
+        finally:
+            await watcher.stop()
+    finally:
+        await events.stop()
+        await proxy.close()
+        with contextlib.suppress(Exception):
+            await nc.close()
+
+
 async def test_a_jobs_events_stay_in_order_when_a_publish_is_lost_in_an_outage(
     nats_process: NatsServer,
     redis_url: str,
@@ -246,60 +278,37 @@ async def test_a_jobs_events_stay_in_order_when_a_publish_is_lost_in_an_outage(
     into a connection that died, N+1 went out on the new one, and N's resend (after its ack
     timeout) came last. Here N is sent into a black hole and N+1 happens after the reconnect,
     well inside N's ack timeout: N+1 must wait until N is stored."""
-    proxy = TcpProxy("127.0.0.1", int(nats_process.url.rsplit(":", 1)[1]))
-    await proxy.start()
-    nc = await nats.connect(nats_process.url)
-    events = JobEvents(nc)
-    try:
-        await ensure_streams(nc.jetstream())
-        await events.start()
-        registry = FakeRegistry(nc)
-        watcher = RunningWatcher(
-            make_settings(f"nats://127.0.0.1:{proxy.port}", redis_url, publish_ack_timeout=3.0), registry
+    context = _watcher_behind_proxy(nats_process, redis_url, sim, ack_timeout=3.0)
+    async with context as (proxy, events, _watcher, alpha):
+        spec = alpha.store.spec(kubesim.PYTORCHJOB)
+        created = alpha.store.create(spec, manifests.manifest(spec, "ordered", "default"), drop_status=True)
+        uid = created["metadata"]["uid"]
+
+        def conditions(*types: str) -> dict[str, object]:
+            return {
+                "conditions": [
+                    {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": t} for t in types
+                ]
+            }
+
+        def phases() -> list[str]:
+            return [e.phase.value for e in events.events if e.job.uid == uid]
+
+        await eventually(lambda: len(phases()) == 1, message="the job's first event stored")
+        proxy.blackhole()
+        alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Running"))
+        await eventually(
+            lambda: b"ordered" in proxy.swallowed, message="the Running event sent into the black hole"
         )
-        alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB])
-        await registry.add(alpha)
-        await watcher.start()
-        try:
-            await watcher.wait_synced("alpha", informers=1)
-            spec = alpha.store.spec(kubesim.PYTORCHJOB)
-            created = alpha.store.create(
-                spec, manifests.manifest(spec, "ordered", "default"), drop_status=True
-            )
-            uid = created["metadata"]["uid"]
-
-            def conditions(*types: str) -> dict[str, object]:
-                return {
-                    "conditions": [
-                        {"type": t, "status": "True", "reason": f"PyTorchJob{t}", "message": t} for t in types
-                    ]
-                }
-
-            def phases() -> list[str]:
-                return [e.phase.value for e in events.events if e.job.uid == uid]
-
-            await eventually(lambda: len(phases()) == 1, message="the job's first event stored")
-            proxy.blackhole()
-            alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Running"))
-            await eventually(
-                lambda: b"ordered" in proxy.swallowed, message="the Running event sent into the black hole"
-            )
-            accepted = proxy.connections_accepted
-            proxy.cut()
-            await eventually(
-                lambda: proxy.connections_accepted > accepted, message="the watcher reconnected to NATS"
-            )
-            alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Succeeded"))
-            await eventually(lambda: len(phases()) == 3, timeout=20, message="all three events stored")
-            assert phases() == ["Pending", "Running", "Succeeded"]
-            assert [e.sequence for e in events.events if e.job.uid == uid] == [0, 1, 2]
-        finally:
-            await watcher.stop()
-    finally:
-        await events.stop()
-        await proxy.close()
-        with contextlib.suppress(Exception):
-            await nc.close()
+        accepted = proxy.connections_accepted
+        proxy.cut()
+        await eventually(
+            lambda: proxy.connections_accepted > accepted, message="the watcher reconnected to NATS"
+        )
+        alpha.store.replace_status(spec, "default", "ordered", conditions("Created", "Succeeded"))
+        await eventually(lambda: len(phases()) == 3, timeout=20, message="all three events stored")
+        assert phases() == ["Pending", "Running", "Succeeded"]
+        assert [e.sequence for e in events.events if e.job.uid == uid] == [0, 1, 2]
 
 
 async def test_a_handoff_while_a_jobs_next_event_waits_for_its_previous_one_still_commits_it(
@@ -311,54 +320,33 @@ async def test_a_handoff_while_a_jobs_next_event_waits_for_its_previous_one_stil
     """A graceful stop cancels the consumer while it waits for a job's previous event to be
     stored; the commit stage must still confirm and checkpoint that event (it once failed
     setting the result of the cancelled waiter: InvalidStateError)."""
-    proxy = TcpProxy("127.0.0.1", int(nats_process.url.rsplit(":", 1)[1]))
-    await proxy.start()
-    nc = await nats.connect(nats_process.url)
-    events = JobEvents(nc)
-    try:
-        await ensure_streams(nc.jetstream())
-        await events.start()
-        registry = FakeRegistry(nc)
-        watcher = RunningWatcher(
-            make_settings(f"nats://127.0.0.1:{proxy.port}", redis_url, publish_ack_timeout=1.0), registry
+    context = _watcher_behind_proxy(nats_process, redis_url, sim, ack_timeout=1.0)
+    async with context as (proxy, events, watcher, alpha):
+        spec = alpha.store.spec(kubesim.PYTORCHJOB)
+        uid = alpha.store.create(spec, manifests.manifest(spec, "handoff", "default"), drop_status=True)[
+            "metadata"
+        ]["uid"]
+        await eventually(
+            lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0],
+            message="the job's first event stored",
         )
-        alpha = await sim.add_cluster("alpha", kinds=[kubesim.PYTORCHJOB])
-        await registry.add(alpha)
-        await watcher.start()
-        try:
-            await watcher.wait_synced("alpha", informers=1)
-            spec = alpha.store.spec(kubesim.PYTORCHJOB)
-            uid = alpha.store.create(spec, manifests.manifest(spec, "handoff", "default"), drop_status=True)[
-                "metadata"
-            ]["uid"]
-            await eventually(
-                lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0],
-                message="the job's first event stored",
-            )
-            informer = next(iter(watcher.worker("alpha").informers.values()))
-            proxy.blackhole()
-            running = {"conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}]}
-            alpha.store.replace_status(spec, "default", "handoff", running)
-            await eventually(lambda: b"handoff" in proxy.swallowed, message="the Running event sent, lost")
-            done = {"conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]}
-            alpha.store.replace_status(spec, "default", "handoff", done)
-            await eventually(lambda: bool(informer._confirmed), message="the Succeeded waits for the Running")
-            draining = asyncio.create_task(informer.stop_consuming_and_drain(), name="drain")
-            proxy.cut()  # the Running is resent on the new connection and acknowledged
-            await asyncio.wait_for(draining, 20)
-            assert informer._committer is not None
-            assert not informer._committer.done(), "the commit stage failed instead of committing"
-            await eventually(
-                lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0, 1],
-                message="the Running stored",
-            )
-            checkpoint = await redis.hget(state_key("alpha", "pytorchjob"), f"u:{uid}")
-            assert checkpoint is not None
-            assert b"Running" in checkpoint
-        finally:
-            await watcher.stop()
-    finally:
-        await events.stop()
-        await proxy.close()
-        with contextlib.suppress(Exception):
-            await nc.close()
+        informer = next(iter(watcher.worker("alpha").informers.values()))
+        proxy.blackhole()
+        running = {"conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning"}]}
+        alpha.store.replace_status(spec, "default", "handoff", running)
+        await eventually(lambda: b"handoff" in proxy.swallowed, message="the Running event sent, lost")
+        done = {"conditions": [{"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded"}]}
+        alpha.store.replace_status(spec, "default", "handoff", done)
+        await eventually(lambda: bool(informer._confirmed), message="the Succeeded waits for the Running")
+        draining = asyncio.create_task(informer.stop_consuming_and_drain(), name="drain")
+        proxy.cut()  # the Running is resent on the new connection and acknowledged
+        await asyncio.wait_for(draining, 20)
+        assert informer._committer is not None
+        assert not informer._committer.done(), "the commit stage failed instead of committing"
+        await eventually(
+            lambda: [e.sequence for e in events.events if e.job.uid == uid] == [0, 1],
+            message="the Running stored",
+        )
+        checkpoint = await redis.hget(state_key("alpha", "pytorchjob"), f"u:{uid}")
+        assert checkpoint is not None
+        assert b"Running" in checkpoint
