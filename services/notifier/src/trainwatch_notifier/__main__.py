@@ -6,6 +6,7 @@ import asyncio
 import signal
 import sys
 
+from trainwatch_common.observability import task_dump
 from trainwatch_common.observability.logging import configure_logging
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.ruleset import RulesError
@@ -17,6 +18,7 @@ async def _main(settings: NotifierSettings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    task_dump.install(loop)
     await Notifier(settings).run(stop)
 
 

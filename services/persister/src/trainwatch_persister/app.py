@@ -21,6 +21,7 @@ from nats.aio.client import Client as NatsClient
 
 from trainwatch_common import ensure_consumer, ensure_streams
 from trainwatch_common.auth import ApiTokens
+from trainwatch_common.observability import task_dump
 from trainwatch_common.observability.database import install_database_unavailable_handler
 from trainwatch_common.observability.health import OK, health_routes, nats_status
 from trainwatch_common.observability.logging import configure_logging
@@ -157,4 +158,5 @@ async def serve(settings: PersisterSettings) -> None:
         access_log=False,
         lifespan="on",
     )
+    task_dump.install()
     await uvicorn.Server(config).serve()

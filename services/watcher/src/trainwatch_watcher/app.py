@@ -20,6 +20,7 @@ from nats.aio.client import Client as NatsClient
 from starlette.applications import Starlette
 
 from trainwatch_common.events.clusters import ClusterSpec
+from trainwatch_common.observability import task_dump
 from trainwatch_common.observability.health import (
     OK,
     HealthServer,
@@ -211,6 +212,7 @@ def run(settings: WatcherSettings | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        task_dump.install(loop)
         app = WatcherApp(settings)
         log.info("watcher starting", extra={"instance": app.instance_id})
         await app.run(stop)
