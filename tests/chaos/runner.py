@@ -590,6 +590,21 @@ class Chaos:
             await asyncio.sleep(0.5)
         self.problems.append(f"did not settle within {self.mode.settle_timeout:.0f}s: last state {last}")
         self.log(f"NOT settled within {self.mode.settle_timeout:.0f}s: {last}")
+        await self.dump_tasks()
+
+    async def dump_tasks(self) -> None:
+        """Have the consumers and watchers log where each of their tasks waits (SIGUSR1), so a run
+        that did not settle shows what held it up."""
+        procs = [p for p in (self.system.notifier, self.system.persister) if p is not None]
+        procs += self.system.live_watchers
+        for proc in procs:
+            proc.signal(signal.SIGUSR1)
+        await self.wait(
+            lambda: all("task dump:" in proc.log_tail(100_000) for proc in procs if proc.alive),
+            timeout=20,
+            what="task dumps logged",
+        )
+        self.log(f"task dumps (SIGUSR1) in the logs of {[proc.name for proc in procs]}")
 
     async def compare(self) -> Report:
         assert self.nc is not None
