@@ -29,6 +29,7 @@ import kubesim
 from trainwatch_common.events.envelope import wrap_job_event
 from trainwatch_common.events.jobs import JobStatusEvent, Phase
 from trainwatch_common.testing import eventually
+from trainwatch_watcher import transitions
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.recovery import StreamHead
 from trainwatch_watcher.state import PREFIX, StateStore, state_key
@@ -521,3 +522,42 @@ async def test_a_checkpoint_set_right_by_the_stream_for_a_relist_is_saved_whole(
         uids["quiet"]: 1,
     }, "the checkpoint kept a record older than the stream's"
     assert_ids_name_one_event(job_events)
+
+
+async def test_a_deletion_only_a_relist_could_see_says_its_final_state_was_not_seen(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+) -> None:
+    """Chaos seed 41: a job succeeded and was deleted while its cluster's history was compacted
+    (410), so the relist found it gone and its Succeeded could not be seen by anyone. The
+    deletion then said "deleted, Running" like any other: consumers could not tell a job deleted
+    while Running from one whose last states were never observed."""
+    batch_job = kubesim.kinds.BATCH_JOB
+    alpha = await sim.add_cluster("alpha", kinds=[batch_job])
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    for name in ("seen-going", "unseen-going"):
+        alpha.store.create(batch_job, {"metadata": {"name": name, "namespace": "default"}, "spec": {}})
+    await eventually(lambda: len(job_events.events) == 2, message="both created")
+    alpha.store.delete(batch_job, "default", "seen-going")
+    await eventually(lambda: len(job_events.events) == 3, message="the watched deletion")
+    await watcher.kill()
+    alpha.store.patch_status(
+        batch_job,
+        "default",
+        "unseen-going",
+        {"conditions": [_condition("SuccessCriteriaMet"), _condition("Complete")], "succeeded": 1},
+    )
+    alpha.store.delete(batch_job, "default", "unseen-going")
+    alpha.compact()  # the Succeeded and the deletion are gone from the history: only a relist is left
+    await watcher.start()
+    await eventually(lambda: len(job_events.events) == 4, message="the deletion the relist found")
+    watched, relisted = (e for e in job_events.events if e.change == "deleted")
+    assert watched.job.name == "seen-going"
+    assert watched.source != transitions.DELETED_UNSEEN_SOURCE
+    assert relisted.job.name == "unseen-going"
+    assert relisted.phase == Phase.PENDING  # the last state anyone saw, not a guess
+    assert relisted.source == transitions.DELETED_UNSEEN_SOURCE == "relist:absent"

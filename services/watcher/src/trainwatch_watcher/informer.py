@@ -582,7 +582,7 @@ class Informer(WatchHooks):
             pending = None
             emission = None
             if self.spec.in_scope(record.slot.namespace):
-                emission = transitions.deleted(record.slot, None)
+                emission = transitions.deleted(record.slot, None, unseen=True)
                 if emission is not None:
                     extras = self._deleted_extras(uid, record, emission)
                     pending = await self._publish(

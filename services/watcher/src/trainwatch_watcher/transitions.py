@@ -68,8 +68,17 @@ def observe(
     return Emission("transition", sequence, previous.phase, status, _slot(namespace, name, sequence, status))
 
 
-def deleted(previous: Slot | None, status: NormalizedStatus | None) -> Emission | None:
-    """The object is gone; ``status`` is its last state when the deletion carried one.
+# The ``source`` of a deletion found by a relist: the job was gone when the list came, so its
+# last states (between the last one emitted and the deletion) were never seen by anyone. After a
+# 410 (history compacted) they cannot be: consumers should not read its phase as its final one.
+DELETED_UNSEEN_SOURCE = "relist:absent"
+
+
+def deleted(
+    previous: Slot | None, status: NormalizedStatus | None, *, unseen: bool = False
+) -> Emission | None:
+    """The object is gone; ``status`` is its last state when the deletion carried one. ``unseen``:
+    a relist found it gone, so its final states were not seen (``DELETED_UNSEEN_SOURCE``).
 
     A uid never emitted (never seen, or skipped as malformed) has nothing to close.
     """
@@ -78,7 +87,10 @@ def deleted(previous: Slot | None, status: NormalizedStatus | None) -> Emission 
     # The deleted event keeps the last emitted state: a deletion is not a phase change, and the
     # final object (when there is one) only contributes its reason, message and counters.
     final = status or NormalizedStatus(
-        phase=previous.phase, sub_phase=previous.sub_phase, terminal=previous.terminal
+        phase=previous.phase,
+        sub_phase=previous.sub_phase,
+        terminal=previous.terminal,
+        source=DELETED_UNSEEN_SOURCE if unseen else None,
     )
     sequence = previous.sequence + 1
     slot = Slot(
