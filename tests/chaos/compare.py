@@ -35,6 +35,15 @@ last event's) and in SQL (its ``jobs`` row) must be the category of kubesim's
 ``DiagnosisTruth`` for the jobs a diagnosis scenario drove: a different one is a **wrong
 diagnosis**, counted with wrong final in the summary line.
 
+States that nobody could have seen are **unobservable**, counted apart and not failed on: a job
+that ended and was deleted while its cluster's history was gone (the chaos run's "410
+everywhere": history compacted, watches dropped) is absent from the relist, and no client of the
+API can learn its last states. A required state is unobservable only when all of these hold: the
+stream's deletion of the job says a relist found it gone (``source == "relist:absent"``), and the
+job's true deletion and the state were both written inside a window the runner passes in (from
+the compaction to every cluster streaming again). Its surfaces' final state then differs from the
+truth's by those states only, which is not counted as a wrong final state either.
+
 Cards follow the notifier's routing rules (``CARD_PHASES``): the chaos rules route the default
 phases, outcomes once terminal only, creations and transitions but not deletions.
 """
@@ -92,6 +101,9 @@ class Seen:
     resend: bool = False  # a card the notifier marked as the resend of a send whose outcome it lost
     sequence: int | None = None  # the event's per-job sequence (stream and SQL)
     diagnosis: str | None = None  # the diagnosis category the event carries
+    source: str | None = (
+        None  # where the watcher read the state ("relist:absent": a deletion it could not see)
+    )
 
 
 DIAGNOSIS_UPDATE = "diagnosis"  # the first item of a diagnosis update's key: no state of its own
@@ -131,6 +143,7 @@ class JobResult:
     out_of_order: int = 0
     never_true: int = 0
     replayed: int = 0  # the same event id with the same state again (reported, not failed on)
+    unobservable: int = 0  # required states no client could see (reported, not failed on)
     resent: int = 0  # a card again under its idempotency key, marked as a resend (not failed on)
     diagnosis_updates: int = 0  # the reason moved, the state did not (reported)
     wrong_final: bool = False
@@ -160,6 +173,7 @@ def compare_job(
     repeats_are_duplicates: bool,
     resends: Sequence[bool] | None = None,
     sequences: Sequence[int | None] | None = None,
+    unseen: Sequence[bool] | None = None,
 ) -> JobResult:
     """``truth``: (key, required) per true state in order; ``seen``: (key, ident) in observed
     order; ``final``: the surface's final state when it keeps one apart (SQL's ``jobs`` row),
@@ -172,7 +186,10 @@ def compare_job(
 
     ``sequences`` (stream): per seen item, its per-job sequence; one lower than an earlier
     item's is the job stepping back in the stream's order (**out of order**). A diagnosis update
-    (key ``(DIAGNOSIS_UPDATE, ...)``) is checked for its id and sequence only."""
+    (key ``(DIAGNOSIS_UPDATE, ...)``) is checked for its id and sequence only.
+
+    ``unseen``: per true state, whether no client could have seen it (the module's
+    "unobservable"): missing, it is counted as **unobservable**, not lost."""
     result = JobResult(surface, uid, expected=len(truth), observed=len(seen))
     truth_keys = [matching(key) for key, _ in truth]
     matched = [False] * len(truth)
@@ -232,7 +249,10 @@ def compare_job(
     for j, (key, required) in enumerate(truth):
         if matched[j]:
             continue
-        if required:
+        if required and unseen is not None and unseen[j]:
+            result.unobservable += 1
+            result.notes.append(f"unobservable {fmt(key)}")
+        elif required:
             result.lost += 1
             result.lost_at.append(j)
             result.notes.append(f"lost {fmt(key)}")
@@ -242,7 +262,17 @@ def compare_job(
         want = truth[-1][0]
         states = [key for key, _ in seen if key[0] != DIAGNOSIS_UPDATE]
         got = final if final is not None else (states[-1] if states else None)
-        if got != want:
+        # Unobservable last states leave as the final state the last one seen: not a wrong one.
+        excused = (
+            unseen is not None
+            and result.unobservable > 0
+            and not result.lost
+            and (
+                unseen[-1]  # the last true state itself could not be seen (cards show no deletion)
+                or (got is not None and got[0] is True and want[0] is True)  # deletions both
+            )
+        )
+        if got != want and not excused:
             result.wrong_final = True
             result.notes.append(f"final {fmt(got)}, truth {fmt(want)}")
     return result
@@ -316,7 +346,7 @@ class Report:
 
     def table(self) -> str:
         head = ("surface", "expected", "seen", "diagnosis updates", "replayed", "resent", "collapsed",
-                "lost", "duplicated",
+                "unobservable", "lost", "duplicated",
                 "wrong final", "wrong diagnosis", "out of order", "never true", "jobs failing",
                 "unknown jobs")  # fmt: skip
         rows = [head]
@@ -330,6 +360,7 @@ class Report:
                     str(self.total(s, "replayed")),
                     str(self.total(s, "resent")),
                     str(self.total(s, "collapsed")),
+                    str(self.total(s, "unobservable")),
                     str(self.total(s, "lost")),
                     str(self.total(s, "duplicated")),
                     str(self.total(s, "wrong_final")),
@@ -364,6 +395,26 @@ class Report:
         return lines
 
 
+UNSEEN_DELETION_SOURCE = "relist:absent"  # the watcher's transitions.DELETED_UNSEEN_SOURCE
+
+
+def unobservable_states(
+    rows: Sequence[TruthRow], stream: Sequence[Seen], blind_windows: Sequence[tuple[int, int]]
+) -> list[bool]:
+    """Per true state of one job: written, like the job's deletion, inside one blind window, for
+    a job whose deletion the watcher found by a relist (see "unobservable" above)."""
+    unseen = [False] * len(rows)
+    found_gone = any(s.change == "deleted" and s.source == UNSEEN_DELETION_SOURCE for s in stream)
+    deletion = next((r.position for r in reversed(rows) if r.change == "deleted"), None)
+    if not found_gone or deletion is None:
+        return unseen
+    for first, last in blind_windows:
+        if first <= deletion <= last:
+            for j, row in enumerate(rows):
+                unseen[j] = first <= row.position < deletion
+    return unseen
+
+
 def by_uid(rows: Iterable[TruthRow]) -> dict[str, list[TruthRow]]:
     out: dict[str, list[TruthRow]] = {}
     for row in rows:
@@ -372,10 +423,15 @@ def by_uid(rows: Iterable[TruthRow]) -> dict[str, list[TruthRow]]:
 
 
 def compare(
-    truth_rows: Sequence[TruthRow], seen: Observations, diagnoses: dict[str, list[str]] | None = None
+    truth_rows: Sequence[TruthRow],
+    seen: Observations,
+    diagnoses: dict[str, list[str]] | None = None,
+    blind_windows: Sequence[tuple[int, int]] = (),
 ) -> Report:
     """``diagnoses``: uid -> the categories the job's final diagnosis may have (from kubesim's
-    ``DiagnosisTruth``: one, or a root cause and CrashLoop for BackoffLimitExceeded)."""
+    ``DiagnosisTruth``: one, or a root cause and CrashLoop for BackoffLimitExceeded).
+    ``blind_windows``: (first, last) truth log positions of each time the clusters' history was
+    gone (see "unobservable" above)."""
     truth = by_uid(truth_rows)
     diagnoses = diagnoses or {}
     results: dict[str, list[JobResult]] = {s: [] for s in SURFACES}
@@ -396,12 +452,13 @@ def compare(
     for uid, rows in truth.items():
         states = [(state_key(r.change, r.phase, r.sub_phase, r.terminal), r.required) for r in rows]
         stream = seen.stream.get(uid, [])
+        unseen = unobservable_states(rows, stream, blind_windows)
         results["stream"].append(
             compare_job(
                 "stream", uid, states,
                 states_of(stream),
                 final=None, repeats_are_duplicates=True,
-                sequences=[s.sequence for s in stream],
+                sequences=[s.sequence for s in stream], unseen=unseen,
             )
         )  # fmt: skip
         check_diagnosis(results["stream"][-1], uid, stream[-1].diagnosis if stream else None)
@@ -409,13 +466,14 @@ def compare(
             compare_job(
                 "sql", uid, states,
                 states_of(seen.sql.get(uid, [])),
-                final=seen.sql_final.get(uid, ABSENT), repeats_are_duplicates=True,
+                final=seen.sql_final.get(uid, ABSENT), repeats_are_duplicates=True, unseen=unseen,
             )
         )  # fmt: skip
         check_diagnosis(results["sql"][-1], uid, seen.sql_diagnosis.get(uid))
         for surface in ("stream", "sql"):
             lost[surface] += [rows[j].position for j in results[surface][-1].lost_at]
         routed = [r for r in rows if routed_to_cards(r)]
+        routed_unseen = [u for r, u in zip(rows, unseen, strict=True) if routed_to_cards(r)]
         cards = [(card_key(r.phase, r.terminal), r.terminal) for r in routed]
         job_cards = seen.cards.get(uid, [])
         results["cards"].append(
@@ -426,7 +484,7 @@ def compare(
                 # A card shows no sub-phase: two true states may look alike (Suspended/Aborting,
                 # then Suspended), so only a card matching an already delivered one is a repeat.
                 repeats_are_duplicates=False,
-                resends=[s.resend for s in job_cards],
+                resends=[s.resend for s in job_cards], unseen=routed_unseen,
             )
         )  # fmt: skip
         lost["cards"] += [routed[j].position for j in results["cards"][-1].lost_at]

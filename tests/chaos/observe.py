@@ -143,6 +143,7 @@ async def read_stream(nc: NatsClient, *, timeout: float = 60.0) -> list[StoredEv
             detail=f"seq={event.sequence} epoch={event.epoch} by={event.watcher_id}",
             sequence=event.sequence,
             diagnosis=event.diagnosis.category.value if event.diagnosis else None,
+            source=event.source,
         )  # fmt: skip
         got.append(StoredEvent(seq, seen.ident or "", event.job.uid, seen))
         if seq >= last:

@@ -139,6 +139,7 @@ class Chaos:
         self.health: observe.Health | None = None
         self.timeline: list[str] = []
         self.steps: list[tuple[str, int]] = [("(warm-up)", 0)]  # (step, truth entries when it began)
+        self.blind_windows: list[tuple[int, int]] = []  # truth positions while the history was gone
         self.problems: list[str] = []  # conditions that did not come true in time
         self.http = httpx.AsyncClient(timeout=30)
 
@@ -429,12 +430,19 @@ class Chaos:
         await self.wait_streaming(at, "after the drop")
 
     async def gone_everywhere(self) -> None:
+        first = await self.truth_entries()
         result = await self.kubesim("/faults/compact", {})
         at = time.monotonic()
         self.log(
             f"fault: 410 everywhere (history compacted on {result['compacted']} clusters, watches dropped)"
         )
         await self.wait_streaming(at, "after 410")
+        # Until every cluster streams again, a job that ends and is deleted cannot be seen by
+        # anyone: the relist shows it gone (compare: "unobservable").
+        self.blind_windows.append((first, await self.truth_entries()))
+
+    async def truth_entries(self) -> int:
+        return int((await self.kubesim("/stats"))["entries"])
 
     async def stall_cluster(self) -> None:
         cluster = self.rng.choice(self.system.cluster_ids)
@@ -552,10 +560,10 @@ class Chaos:
         await self.stream_grows(30, 60, "warm-up events")
         for name, step in self.schedule():
             began = time.monotonic()
-            self.steps.append((name, int((await self.kubesim("/stats"))["entries"])))
+            self.steps.append((name, await self.truth_entries()))
             await step()
             self.log(f"step done: {name} ({time.monotonic() - began:.1f}s)")
-        self.steps.append(("(after the last fault)", int((await self.kubesim("/stats"))["entries"])))
+        self.steps.append(("(after the last fault)", await self.truth_entries()))
         stopped = await self.kubesim("/scenarios/stop", {"timeout": 60})
         self.log(f"scenarios stopped: {stopped['entries']} true transitions, complete={stopped['complete']}")
         if not stopped["complete"]:
@@ -621,7 +629,7 @@ class Chaos:
             sql_diagnosis=sql.diagnoses,
         )
         diagnoses = await self.kubesim("/diagnoses")
-        report = compare(truth, seen, diagnoses)
+        report = compare(truth, seen, diagnoses, self.blind_windows)
         self.print_report(report, by_uid(truth), seen, other, await observe.deadletters(self.nc))
         return report
 

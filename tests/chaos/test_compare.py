@@ -169,3 +169,45 @@ def test_diagnosis_updates_are_no_state_but_their_ids_order_and_final_category_a
     # BackoffLimitExceeded is reported by its root cause: either of the accepted categories
     either = compare(LIFE[:2], surfaces(history, "CrashLoop"), {"u1": ["OOMKilled", "CrashLoop"]})
     assert not either.failed
+
+
+def _positioned(rows: list[TruthRow], first: int) -> list[TruthRow]:
+    return [dataclasses.replace(r, position=first + i) for i, r in enumerate(rows)]
+
+
+def test_states_of_a_job_deleted_while_the_history_was_gone_are_unobservable_not_lost() -> None:
+    """Chaos seed 41: a TrainJob succeeded and was deleted during "410 everywhere"; the relist
+    found it gone. Its Succeeded is unobservable: counted apart, not lost, and its surfaces'
+    final state (deleted, as last seen Running) not wrong."""
+    life = _positioned(LIFE, first=100)
+    window = (103, 110)  # Running (103) and Succeeded (104) and the deletion (105) fall inside
+    found_gone = Seen("deleted", "Running", None, False, ident="id9", source="relist:absent")
+    stream = [*seen(life[:2]), found_gone]
+    observations = Observations(
+        stream={"u1": stream},
+        sql={"u1": stream},
+        sql_final={"u1": (True, "Running", None, False)},
+        cards={"u1": [Seen("transition", "Restarting", None, False)]},
+    )
+    report = compare(life, observations, blind_windows=[window])
+    for surface in ("stream", "sql", "cards"):
+        result = report.results[surface][0]
+        assert (result.unobservable, result.lost, result.wrong_final) == (1, 0, False), (surface, result)
+    assert not report.failed
+    assert "unobservable" in report.table()
+
+
+def test_unobservable_needs_the_relist_to_have_found_it_gone_and_the_deletion_in_the_window() -> None:
+    life = _positioned(LIFE, first=100)
+    watched_deletion = Seen("deleted", "Running", None, False, ident="id9")  # a DELETED event: seen
+    found_gone = dataclasses.replace(watched_deletion, source="relist:absent")
+    for stream, windows in (
+        ([*seen(life[:2]), watched_deletion], [(103, 110)]),  # the watcher saw the deletion
+        ([*seen(life[:2]), found_gone], [(106, 110)]),  # deleted before the history was gone
+        ([*seen(life[:2]), found_gone], [(100, 104)]),  # deleted after every cluster streamed again
+        ([*seen(life[:2]), found_gone], []),  # no 410 in the run
+    ):
+        result = compare(life, Observations(stream={"u1": stream}), blind_windows=windows).results["stream"][
+            0
+        ]
+        assert (result.unobservable, result.lost, result.wrong_final) == (0, 1, True), (stream, windows)
