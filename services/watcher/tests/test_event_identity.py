@@ -13,7 +13,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
-import pytest
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 from watcher_harness import (
@@ -407,11 +406,6 @@ def _phases(job_events: JobEvents, uid: str) -> list[str]:
     return [e.phase.value for e in job_events.events if e.job.uid == uid]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13: a start that takes records from the JOBS stream keeps them only in memory; "
-    "the fix (f9d1e35) was reverted after a full chaos run (seed 41) lost 23 transitions with it",
-)
 async def test_a_checkpoint_rebuilt_from_the_stream_is_saved_whole(
     sim: kubesim.Simulator,
     registry: FakeRegistry,
@@ -473,11 +467,6 @@ async def test_a_checkpoint_rebuilt_from_the_stream_is_saved_whole(
     assert_ids_name_one_event(job_events)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 13: a start that takes records from the JOBS stream keeps them only in memory; "
-    "the fix (f9d1e35) was reverted after a full chaos run (seed 41) lost 23 transitions with it",
-)
 async def test_a_checkpoint_set_right_by_the_stream_for_a_relist_is_saved_whole(
     sim: kubesim.Simulator,
     registry: FakeRegistry,

@@ -117,6 +117,12 @@ class Informer(WatchHooks):
         self._closed: dict[str, int] = {}
         # The server went back in time (etcd restored): read the deletions before the relist.
         self._read_closed_before_relist = False
+        # The records taken from the stream, and those it closed, as one checkpoint change, queued
+        # ahead of the first commit made from them. Kept only in memory, they would be missing
+        # from a checkpoint whose stream mark then says it holds everything the stream does: the
+        # next owner would trust it, and its next relist would take those jobs for new ones.
+        self._unsaved_records: StateWrite | None = None
+        self._unsaved_records_for_relist: StateWrite | None = None
         self._client = client
         self._store = store
         self._publisher = publisher
@@ -147,6 +153,8 @@ class Informer(WatchHooks):
             self._records = self._records_for_relist
             self._closed = self._closed_for_relist
             self._records_for_relist = None
+            self._unsaved_records = self._unsaved_records_for_relist
+            self._unsaved_records_for_relist = None
 
     def on_expired(self) -> None:
         self._metrics.expired.labels(self._kind_label).inc()
@@ -199,6 +207,7 @@ class Informer(WatchHooks):
                     # stream's events were emitted, so the changes since are seen one by one (a
                     # job that failed and was deleted meanwhile is reported failed, then deleted).
                     # If that version is gone (410), the relist diffs against the stream's jobs.
+                    self._unsaved_records = _records_changed(self._records, recovered.records)
                     self._records = recovered.records
                     self._closed = recovered.closed
                     resume_from = recovered.resource_version
@@ -208,6 +217,7 @@ class Informer(WatchHooks):
                     # its id. Only if that replay is refused (410) does the relist need the stream.
                     self._records_for_relist = recovered.records
                     self._closed_for_relist = recovered.closed
+                    self._unsaved_records_for_relist = _records_changed(self._records, recovered.records)
         self._metrics.cache_jobs.inc(len(self._records))
         if self._evidence is not None:
             # Diagnose the listed jobs from listed evidence, or a restart would call the evidence
@@ -324,11 +334,14 @@ class Informer(WatchHooks):
         task = asyncio.current_task()  # looked up once: it is not cheap in Python 3.11
         async for item in watcher.run_forever():
             reraise_cancellation(None, task)  # third-party clients (nats-py) may have swallowed one
+            if self._unsaved_records is not None:
+                await self._save_unsaved_records()
             if not watcher.listing:
                 if self._records_for_relist is not None or self._closed:
                     # The resume was accepted: its replay sets us right; the relist needs no help.
                     self._records_for_relist = None
                     self._closed_for_relist = {}
+                    self._unsaved_records_for_relist = None
                     self._closed = {}
             elif self._read_closed_before_relist:
                 self._read_closed_before_relist = False
@@ -349,6 +362,13 @@ class Informer(WatchHooks):
             # During a (re)list the checkpoint must not move: the list's rv comes with Synced.
             async with self._emitting:
                 await self._on_event(item, None if watcher.listing else watcher.resource_version)
+
+    async def _save_unsaved_records(self) -> None:
+        """Queue the records taken from the stream ahead of any commit made from them (commits
+        are applied in order): no stream mark, and no newer record of a job, is written before."""
+        assert self._unsaved_records is not None
+        write, self._unsaved_records = self._unsaved_records, None
+        await self._queue.put(Commit(None, write))
 
     async def _on_event(self, event: Mapping[str, Any], resource_version: str | None) -> None:
         event_type = event.get("type")
@@ -610,6 +630,8 @@ class Informer(WatchHooks):
             raise errors.LeaseNotProven(
                 f"lease on {self.spec.cluster_id} (epoch {self.spec.epoch}) not proven"
             )
+        if self._unsaved_records is not None:
+            await self._save_unsaved_records()  # the re-diagnosis may publish before the consumer
         subject = job_events.subject_for(self.spec, emission.slot)
         while subject in self._unconfirmed:
             confirmed = self._confirmed.get(subject)
@@ -732,6 +754,14 @@ class Informer(WatchHooks):
             await asyncio.wait([joined, self._committer], return_when=asyncio.FIRST_COMPLETED)
         finally:
             joined.cancel()
+
+
+def _records_changed(checkpoint: Mapping[str, JobRecord], records: Mapping[str, JobRecord]) -> StateWrite:
+    """The checkpoint change that makes ``checkpoint`` hold ``records`` (set right by the stream)."""
+    return StateWrite(
+        put={uid: record for uid, record in records.items() if checkpoint.get(uid) is not record},
+        delete={uid for uid in checkpoint if uid not in records},
+    )
 
 
 class _LabelledChildren:
