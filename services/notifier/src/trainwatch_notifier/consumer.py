@@ -236,10 +236,18 @@ class JobConsumer:
         started = loop.time()
         key = job_key(pending.event)
         while True:
-            news = self._news.setdefault(key, asyncio.Event())
-            with contextlib.suppress(TimeoutError):  # an elder held elsewhere is looked at again
-                async with asyncio.timeout(ORDER_POLL_SECONDS):
-                    await news.wait()
+            # An elder held here goes first, whatever Redis says: wait for its news without asking
+            # Redis. Hundreds of held-back events each asking on a timer queued on the connection
+            # pool and starved the sends and acks (chaos, after the notifier's SIGSTOP).
+            elder_settled_here = False
+            while self._older_here(pending.event):
+                await self._news.setdefault(key, asyncio.Event()).wait()
+                elder_settled_here = True
+            if not elder_settled_here:
+                news = self._news.setdefault(key, asyncio.Event())
+                with contextlib.suppress(TimeoutError):  # an elder held elsewhere is looked at again
+                    async with asyncio.timeout(ORDER_POLL_SECONDS):
+                        await news.wait()
             [place] = await self._until_redis_answers(
                 lambda: self._order.take_places([pending.event]), "order an event"
             )
