@@ -3,8 +3,10 @@ after a notifier is killed holding it, or after Redis was away when it was fetch
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from nats.js import JetStreamContext
@@ -22,11 +24,12 @@ from notifier_support import (
 )
 from redis.asyncio import Redis
 
-from trainwatch_common import Phase
+from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_common.testing import RedisServer, eventually
+from trainwatch_notifier import app as app_module
 from trainwatch_notifier import consumer as consumer_module
 from trainwatch_notifier.app import Notifier
-from trainwatch_notifier.order import JobOrder
+from trainwatch_notifier.order import JobOrder, Place
 from trainwatch_notifier.sink import FeishuSink
 
 
@@ -55,8 +58,10 @@ async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_ol
     tmp_path: Path,
 ) -> None:
     await consumer_with_ack_wait(js, 3.0)  # a killed notifier's messages come back after 3 s
-    # one message per 4 s: the Restarting waits for its token, and the kill lands in that wait
-    limits = "    rate_limits: [{count: 1, per_seconds: 4}]\n    digest: {enabled: false}"
+    # one message per 10 s: the Restarting waits for its token, and the kill lands in that wait
+    # (with 4 s, a loaded machine let the token come first: the Restarting went out before the
+    # kill, and its successor's resend made two cards, as promised for a send whose outcome is lost)
+    limits = "    rate_limits: [{count: 1, per_seconds: 10}]\n    digest: {enabled: false}"
     rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
     restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
     succeeded = make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=2)
@@ -304,3 +309,60 @@ async def test_an_elder_out_for_redelivery_when_redis_lost_the_job_order_still_g
         await eventually(lambda: len(feishu_sink.received) == 2, timeout=30, message="both told")
         await eventually(lambda: all_acked(js), timeout=10, message="and acked")
     assert titles(feishu_sink) == [SUSPENDED, SUCCEEDED]
+
+
+class _CountingJobOrder(JobOrder):
+    """The real job order in Redis, counting for which events it is asked."""
+
+    asked: ClassVar[Counter[str]] = Counter()
+
+    async def take_places(self, events: list[JobStatusEvent]) -> list[Place]:
+        self.asked.update(event.event_id for event in events)
+        return await super().take_places(events)
+
+
+async def test_events_held_back_behind_an_elder_held_here_wait_without_asking_redis(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Chaos seed 41 (the machine loaded): after the notifier's SIGSTOP, ~700 held-back events each
+    asked Redis for their place every 0.5 s, queued on the connection pool, and starved the sends
+    and acks: 5,576 events unsent after 240 s. An event whose elder is held in this process waits
+    for that elder's news, not on a timer."""
+    monkeypatch.setattr(consumer_module, "ORDER_POLL_SECONDS", 0.05)
+    monkeypatch.setattr(app_module, "JobOrder", _CountingJobOrder)
+    _CountingJobOrder.asked.clear()
+    limits = "    rate_limits: [{count: 1, per_seconds: 60}]\n    digest: {enabled: false}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=limits))
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
+    async with running(notifier):
+        await settle_first_event(js)
+        await publish(js, make_event(name="other-job"))
+        await eventually(lambda: len(feishu_sink.received) == 1, message="the bot's token spent")
+        restarting = make_event(name="train-9", phase=Phase.RESTARTING, sequence=1)
+        await publish(js, restarting)
+        await eventually(
+            lambda: delivery_marker(js, restarting.event_id),
+            message="the Restarting is taken and waits for a token",
+        )
+        behind = [
+            make_event(name="train-9", phase=Phase.RUNNING if n % 2 else Phase.RESTARTING, sequence=n)
+            for n in range(2, 42)
+        ]
+        for event in behind:
+            await publish(js, event)
+        # An event whose elder nobody holds (never settled, not registered) looks again on the
+        # timer until its grace ends: the clock of this test.
+        clock = make_event(name="clock-job", phase=Phase.RUNNING, sequence=3)
+        await publish(js, clock)
+        await eventually(
+            lambda: _CountingJobOrder.asked[clock.event_id] >= 20, message="the clock event looked 20 times"
+        )
+        # Once when fetched (taking its place), and not again while its elder is held here.
+        assert {event.event_id: _CountingJobOrder.asked[event.event_id] for event in behind} == {
+            event.event_id: 1 for event in behind
+        }
