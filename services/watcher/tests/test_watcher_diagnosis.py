@@ -4,6 +4,7 @@ carry the diagnosis kubesim's ground truth names (issue 16 items 1, 3 and 7)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 
 import pytest
 from redis.asyncio import Redis
@@ -365,3 +366,48 @@ async def test_a_warning_event_that_arrives_after_its_job_was_seen_still_diagnos
     assert [e.sequence for e in events] == list(range(len(events)))
     assert events[-1].change == "diagnosis"
     assert events[-1].previous_phase == events[-1].phase
+
+
+@pytest.mark.parametrize("code", [500, 429])
+async def test_a_failed_link_list_of_a_resumed_informer_is_retried_and_the_late_evidence_still_diagnoses(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    code: int,
+) -> None:
+    """A resumed informer lists its kind once at the resume's resourceVersion to link the jobs of
+    its checkpoint to their evidence. When that LIST failed, the jobs stayed unlinked: the Event
+    that arrives later woke nobody, and the job (which does not change again) was never diagnosed.
+    Only that LIST fails here, three times; the resume's watch and everything else go through."""
+    cluster = await sim.add_cluster("relink", seed=6)
+    cluster.forbid("events")
+    await registry.add(cluster)
+    await watcher.start()
+    await watcher.wait_synced("relink", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=6, rate=None)
+    truth = await driver.run_diagnosis("JobSet", "QuotaExceeded")
+    assert truth.category == "QuotaExceeded"
+    seen = await eventually(
+        lambda: _by_uid(job_events, "relink").get(truth.uid, []), message="the JobSet's first event"
+    )
+    assert all(e.diagnosis is None or e.diagnosis.category.value != "QuotaExceeded" for e in seen)
+    await watcher.stop()  # gracefully: the next start resumes from the checkpoint
+
+    def link_list(method: str, path: str, query: Mapping[str, str]) -> bool:
+        # The link LIST, not the companion's (a fieldSelector) nor the watch's progress check.
+        return (
+            path.endswith(f"/{kubesim.JOBSET.plural}")
+            and query.get("resourceVersionMatch") == "Exact"
+            and "fieldSelector" not in query
+        )
+
+    cluster.faults.error_responses(code, count=3, only=link_list)
+    cluster.allow("events")
+    await watcher.start()
+    await watcher.wait_synced("relink", informers=len(cluster.kinds))
+    assert cluster.faults.errors_left() == 0, "the link LIST was not made (or not failed) three times"
+    await _wait_diagnoses(job_events, [truth], "relink")
+    events = sorted(_by_uid(job_events, "relink")[truth.uid], key=lambda e: e.sequence)
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert (events[-1].change, events[-1].previous_phase) == ("diagnosis", events[-1].phase)

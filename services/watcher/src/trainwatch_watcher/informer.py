@@ -37,7 +37,7 @@ from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_obje
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube import progress
 from trainwatch_watcher.kube.client import KubeClient
-from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
+from trainwatch_watcher.kube.watching import Backoff, Progress, Synced, Watcher, WatchHooks, WatchTarget
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
 from trainwatch_watcher.records import Checkpoint, JobRecord, StateWrite, trim
@@ -259,27 +259,55 @@ class Informer(WatchHooks):
             "resourceVersionMatch": "Exact",
             **target.selectors(),
         }
-        try:
-            # A LIST at a version the server has not reached waits, then fails: ask first.
-            await progress.check_not_ahead(self._client, target.path(), resource_version)
-            while True:
-                page = await self._client.get_json(target.path(), params)
-                items = page.get("items")
-                for obj in items if isinstance(items, list) else ():
-                    await self._link_checkpointed_job(obj)
-                token = (page.get("metadata") or {}).get("continue")
-                if not token:
-                    break
-                params = {"limit": page_size, "continue": str(token), **target.selectors()}
-        except errors.WatchExpired:
-            # Compacted, or the server went back in time (ResourceVersionAhead): the resume is
-            # refused the same way and relists, which links every job.
-            return
-        except errors.WatcherError as exc:
-            log.warning(
-                "jobs of the checkpoint not linked to their evidence until their next event",
-                extra={"cluster": spec.cluster_id, "kind": self._kind_label, "error": str(exc)[:200]},
-            )
+        backoff = Backoff(self._timings)
+        checked = False
+        while True:
+            try:
+                if not checked:
+                    # A LIST at a version the server has not reached waits, then fails: ask first.
+                    await progress.check_not_ahead(self._client, target.path(), resource_version)
+                    checked = True
+                while True:
+                    page = await self._client.get_json(target.path(), params)
+                    items = page.get("items")
+                    for obj in items if isinstance(items, list) else ():
+                        await self._link_checkpointed_job(obj)
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        return
+                    params = {"limit": page_size, "continue": str(token), **target.selectors()}
+            except errors.WatchExpired:
+                # Compacted, or the server went back in time (ResourceVersionAhead): the resume is
+                # refused the same way and relists, which links every job.
+                return
+            except (errors.Unreachable, errors.Unauthorized) as exc:
+                # An outage or refused credentials pass; the watch could not start now either.
+                # Given up, the jobs of the checkpoint would stay unlinked until their next event
+                # (evidence arriving for them wakes nobody): retry the page that failed, as the
+                # watch retries, and say why in health meanwhile.
+                self.on_reconnect(exc)
+                if isinstance(exc, errors.StorageInitializing):
+                    delay = self._timings.busy_retry
+                else:
+                    delay = backoff.next_delay()
+                log.info(
+                    "linking the jobs of the checkpoint to their evidence failed; retrying",
+                    extra={
+                        "cluster": spec.cluster_id,
+                        "kind": self._kind_label,
+                        "error": str(exc)[:200],
+                        "retry_in": round(delay, 2),
+                    },
+                )
+                await asyncio.sleep(delay)
+            except errors.WatcherError as exc:
+                # Not served (404), too large, another 4xx: retrying cannot help; the watch that
+                # follows reports it.
+                log.warning(
+                    "jobs of the checkpoint not linked to their evidence until their next event",
+                    extra={"cluster": spec.cluster_id, "kind": self._kind_label, "error": str(exc)[:200]},
+                )
+                return
 
     async def _link_checkpointed_job(self, obj: Any) -> None:
         assert self._diagnoser is not None
