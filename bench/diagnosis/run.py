@@ -1,25 +1,29 @@
 """Diagnosis benchmark (issue 16): watcher CPU and RSS with and without diagnosis, and latency.
 
     uv run python bench/diagnosis/run.py [--jobs 10000] [--pods-per-job 10] [--pod-churn 100000]
-        [--job-churn 20000] [--rate 200] [--paced 2000] [--burst 2000]
+        [--job-churn 100000] [--pairs 3] [--rate 200] [--paced 2000] [--burst 2000]
 
-Everything runs on loopback and stops by itself. One kubesim cluster in a child process holds
-``--jobs`` running PyTorchJobs, each with ``--pods-per-job`` running pods (1 master + workers, the
-labels, owners and container statuses the training operator and kubelet write). The watcher runs
-its real code path (``WatcherApp``: claim, discovery, informers, evidence watches, JetStream
-publish with the fenced Redis checkpoint) in another child process, against a real nats-server
-and redis-server, twice over the same kubesim content:
+Everything runs on loopback and stops by itself. Two stacks side by side, one per mode, each its
+own kubesim cluster (a child process holding ``--jobs`` running PyTorchJobs, each with
+``--pods-per-job`` running pods: 1 master + workers, the labels, owners and container statuses
+the training operator and kubelet write; the same seeded content in both), nats-server,
+redis-server and watcher. The watcher runs its real code path (``WatcherApp``: claim, discovery,
+informers, evidence watches, JetStream publish with the fenced Redis checkpoint) in a child
+process:
 
 * ``TRAINWATCH_DIAGNOSIS_ENABLED=false`` (the baseline: no evidence watches at all);
 * diagnosis on (the default): pod and Warning-event watches feeding the evidence cache.
 
-In each run, after the watcher has listed everything (RSS taken then): pod status churn (pods
-re-written running with a new IP and readiness flips: changes diagnosis does not read), then job
-status churn (counters, one in five flips Running <-> Restarting), each unpaced, the watcher's
-CPU-seconds taken from the first write until it is quiet again. With diagnosis on, then, the
-latency of a terminal pod status (a worker OOMKilled, written with its wall-clock time) to the
-job's event carrying ``OOMKilled`` on JetStream: paced at ``--rate`` pod changes/s spread over the
-jobs, then a burst of ``--burst`` unpaced. Load average is printed before and after.
+Both watchers list everything first (RSS taken then). Then ``--pairs`` interleaved rounds, off,
+on, off, on, ...: each round is the same workload against one stack while the other idles, pod
+status churn (pods re-written running with a new IP and readiness flips: changes diagnosis does
+not read), then job status churn (counters, one in five flips Running <-> Restarting), each
+unpaced, the watcher's CPU-seconds taken from the first write until it is quiet again. A machine
+whose load moves moves both rounds of a pair alike: the figure is each pair's on/off ratio and
+their median. With diagnosis on, then, the latency of a terminal pod status (a worker OOMKilled,
+written with its wall-clock time) to the job's event carrying ``OOMKilled`` on JetStream: paced
+at ``--rate`` pod changes/s spread over the jobs, then a burst of ``--burst`` unpaced. The load
+average is printed with every phase.
 """
 
 from __future__ import annotations
@@ -633,7 +637,7 @@ def main() -> None:
         f"run {time.perf_counter() - wall0:.0f} s\n"
     )
     print(
-        "| pair | CPU-us per job event, off / on | on / off | CPU-us per pod event, on | "
+        "| pair | CPU per job event, on / off | CPU-us per job event, off / on | CPU-us per pod event, on | "
         "GC CPU-s in the job churn, off / on | load (1 min) at the job churns, off / on |"
     )
     print("|---:|---:|---:|---:|---:|---:|")
@@ -643,7 +647,7 @@ def main() -> None:
         ratios.append(b / a)
         pod_us = r_on["pod_churn"]["cpu"] / r_on["pod_churn"]["writes"] * 1e6
         print(
-            f"| {r_off['round']} | {a:.1f} / {b:.1f} | {b / a:.2f}x | {pod_us:.1f} | "
+            f"| {r_off['round']} | {b / a:.2f}x | {a:.1f} / {b:.1f} | {pod_us:.1f} | "
             f"{sum(r_off['job_churn']['gc_cpu']):.2f} / {sum(r_on['job_churn']['gc_cpu']):.2f} | "
             f"{r_off['job_churn']['load'].split()[0]} / {r_on['job_churn']['load'].split()[0]} |"
         )
