@@ -1,25 +1,29 @@
 """Diagnosis benchmark (issue 16): watcher CPU and RSS with and without diagnosis, and latency.
 
     uv run python bench/diagnosis/run.py [--jobs 10000] [--pods-per-job 10] [--pod-churn 100000]
-        [--job-churn 20000] [--rate 200] [--paced 2000] [--burst 2000]
+        [--job-churn 100000] [--pairs 3] [--rate 200] [--paced 2000] [--burst 2000]
 
-Everything runs on loopback and stops by itself. One kubesim cluster in a child process holds
-``--jobs`` running PyTorchJobs, each with ``--pods-per-job`` running pods (1 master + workers, the
-labels, owners and container statuses the training operator and kubelet write). The watcher runs
-its real code path (``WatcherApp``: claim, discovery, informers, evidence watches, JetStream
-publish with the fenced Redis checkpoint) in another child process, against a real nats-server
-and redis-server, twice over the same kubesim content:
+Everything runs on loopback and stops by itself. Two stacks side by side, one per mode, each its
+own kubesim cluster (a child process holding ``--jobs`` running PyTorchJobs, each with
+``--pods-per-job`` running pods: 1 master + workers, the labels, owners and container statuses
+the training operator and kubelet write; the same seeded content in both), nats-server,
+redis-server and watcher. The watcher runs its real code path (``WatcherApp``: claim, discovery,
+informers, evidence watches, JetStream publish with the fenced Redis checkpoint) in a child
+process:
 
 * ``TRAINWATCH_DIAGNOSIS_ENABLED=false`` (the baseline: no evidence watches at all);
 * diagnosis on (the default): pod and Warning-event watches feeding the evidence cache.
 
-In each run, after the watcher has listed everything (RSS taken then): pod status churn (pods
-re-written running with a new IP and readiness flips: changes diagnosis does not read), then job
-status churn (counters, one in five flips Running <-> Restarting), each unpaced, the watcher's
-CPU-seconds taken from the first write until it is quiet again. With diagnosis on, then, the
-latency of a terminal pod status (a worker OOMKilled, written with its wall-clock time) to the
-job's event carrying ``OOMKilled`` on JetStream: paced at ``--rate`` pod changes/s spread over the
-jobs, then a burst of ``--burst`` unpaced. Load average is printed before and after.
+Both watchers list everything first (RSS taken then). Then ``--pairs`` interleaved rounds, off,
+on, off, on, ...: each round is the same workload against one stack while the other idles, pod
+status churn (pods re-written running with a new IP and readiness flips: changes diagnosis does
+not read), then job status churn (counters, one in five flips Running <-> Restarting), each
+unpaced, the watcher's CPU-seconds taken from the first write until it is quiet again. A machine
+whose load moves moves both rounds of a pair alike: the figure is each pair's on/off ratio and
+their median. With diagnosis on, then, the latency of a terminal pod status (a worker OOMKilled,
+written with its wall-clock time) to the job's event carrying ``OOMKilled`` on JetStream: paced
+at ``--rate`` pod changes/s spread over the jobs, then a burst of ``--burst`` unpaced. The load
+average is printed with every phase.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ import multiprocessing as mp
 import os
 import random
 import resource
+import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -234,6 +240,10 @@ def watcher(conn: Any, kubeconfig: str, diagnosis: bool, jobs: int, nats_url: st
             allow_loopback_servers=True,
             diagnosis_enabled=diagnosis,
             diagnosis_ready_timeout=300,
+            # On a machine at load 10 an unpaced churn starved the claim loop past the default
+            # 10 s lease: the lease lapsed, the informers restarted and relisted, and the round
+            # measured that. The bench measures CPU, not failover.
+            lease_ttl_ms=120_000,
         )
         app = WatcherApp(settings, connections=connections, feed_factory=lambda nc: FixedFeed())
         traced = bool(os.environ.get("BENCH_TRACEMALLOC"))
@@ -433,9 +443,10 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
-def run_mode(
-    diagnosis: bool, args: argparse.Namespace, sim_conn: Any, kubeconfig: str, nats_url: str, redis_url: str
-) -> dict[str, Any]:
+def start_watcher(
+    diagnosis: bool, args: argparse.Namespace, kubeconfig: str, nats_url: str, redis_url: str
+) -> tuple[Any, Any, dict[str, Any]]:
+    """A watcher child process, listed and synced: (process, its pipe, the sync figures)."""
     label = "diagnosis on" if diagnosis else "diagnosis off"
     print(f"[{label}] starting the watcher; load {loadavg()}", flush=True)
     proc, wconn = child(watcher, kubeconfig, diagnosis, args.jobs, nats_url, redis_url)
@@ -446,10 +457,19 @@ def run_mode(
         f"RSS {result['rss']:.0f} MB, {result['pods_cached']:,} pods cached",
         flush=True,
     )
+    return proc, wconn, result
+
+
+def churn_round(
+    label: str, round_: int, args: argparse.Namespace, wconn: Any, sim_conn: Any, nats_url: str
+) -> dict[str, Any]:
+    """One round of the workload against one watcher: pod churn, then job churn, each until the
+    watcher is quiet again; its CPU-seconds, GC share and published events per phase."""
+    out: dict[str, Any] = {"round": round_, "load_start": loadavg()}
     for phase, count in (("pod_churn", args.pod_churn), ("job_churn", args.job_churn)):
         events0 = asyncio.run(stream_count(nats_url))
-        if phase == "job_churn" and os.environ.get("BENCH_PROFILE"):
-            wconn.send("profile")  # cProfile the watcher over the job churn (inflates its CPU)
+        if phase == "job_churn" and round_ == 1 and os.environ.get("BENCH_PROFILE"):
+            wconn.send("profile")  # cProfile the watcher over the first job churn (inflates its CPU)
         wconn.send("cpu")
         cpu0, gc0 = wconn.recv()
         sim_conn.send((phase, count))
@@ -458,25 +478,25 @@ def run_mode(
         cpu1, gc1 = wconn.recv()
         events = asyncio.run(stream_count(nats_url)) - events0
         written = count + (args.jobs if phase == "job_churn" else 0)
-        result[phase] = {
+        out[phase] = {
             "cpu": cpu1 - cpu0,
             "gc_cpu": [b - a for a, b in zip(gc0, gc1, strict=True)],
             "writes": written,
             "write_s": write_s,
             "published": events,
+            "load": loadavg(),
         }
         print(
-            f"[{label}] {phase}: {written:,} writes in {write_s:.1f} s, watcher {cpu1 - cpu0:.2f} CPU-s, "
-            f"{events:,} job events published; gc {' / '.join(f'{g:.2f}' for g in result[phase]['gc_cpu'])} "
-            f"CPU-s (gen 0/1/2); load {loadavg()}",
+            f"[{label} round {round_}] {phase}: {written:,} writes in {write_s:.1f} s, "
+            f"watcher {cpu1 - cpu0:.2f} CPU-s, {events:,} job events published; gc "
+            f"{' / '.join(f'{g:.2f}' for g in out[phase]['gc_cpu'])} CPU-s (gen 0/1/2); load {loadavg()}",
             flush=True,
         )
-    if diagnosis:
-        result["latency"] = asyncio.run(latency_phases(args, sim_conn, nats_url))
-    result["load_end"] = loadavg()
-    wconn.send("stop")
-    proc.join(30)
-    return result
+    return out
+
+
+def per_job_event_us(r: dict[str, Any]) -> float:
+    return float(r["job_churn"]["cpu"] / r["job_churn"]["writes"] * 1e6)
 
 
 async def latency_phases(args: argparse.Namespace, sim_conn: Any, nats_url: str) -> dict[str, Any]:
@@ -523,6 +543,7 @@ def main() -> None:
     parser.add_argument("--pods-per-job", type=int, default=10)
     parser.add_argument("--pod-churn", type=int, default=None, help="pod status writes (default: 1 per pod)")
     parser.add_argument("--job-churn", type=int, default=None, help="job status writes (default: 10 per job)")
+    parser.add_argument("--pairs", type=int, default=3, help="off/on round pairs, interleaved (at least 3)")
     parser.add_argument("--rate", type=float, default=200.0, help="paced terminal pod changes per second")
     parser.add_argument("--paced", type=int, default=2000, help="terminal pod changes, paced")
     parser.add_argument("--burst", type=int, default=2000, help="terminal pod changes, unpaced")
@@ -530,6 +551,8 @@ def main() -> None:
     args = parser.parse_args()
     args.pod_churn = args.pod_churn if args.pod_churn is not None else args.jobs * args.pods_per_job
     args.job_churn = args.job_churn if args.job_churn is not None else args.jobs * 10
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
     raise_fd_limit()
 
     from trainwatch_common.testing.servers import NatsServer, RedisServer
@@ -537,74 +560,113 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="bench-diagnosis-"))
     wall0 = time.perf_counter()
     print(f"load average at start: {loadavg()} ({os.cpu_count()} cores)", flush=True)
-    results: list[dict[str, Any]] = []
-    for diagnosis in (False, True):
-        # A fresh kubesim, nats-server and redis-server per mode: the same content, no state kept.
-        nats_server = NatsServer(workdir=workdir / f"nats-{diagnosis}")
-        redis_server = RedisServer(workdir=workdir / f"redis-{diagnosis}")
-        for server in (nats_server, redis_server):
-            server.workdir.mkdir(parents=True)
-            server.start()
-        try:
-            print(f"kubesim: {args.jobs:,} PyTorchJobs x {args.pods_per_job} pods ...", flush=True)
+    # Two stacks side by side, one per mode, each its own kubesim (the same seeded content),
+    # nats-server, redis-server and watcher, all started and synced before the first round.
+    # The rounds then alternate off, on, off, on, ... with the same workload: a machine whose
+    # load moves (others share it) moves both halves of a pair alike, which measuring "off" and
+    # "on" minutes apart did not. The idle stack only sends bookmarks meanwhile.
+    stacks: dict[bool, dict[str, Any]] = {}
+    servers: list[Any] = []
+    try:
+        for diagnosis in (False, True):
+            nats_server = NatsServer(workdir=workdir / f"nats-{diagnosis}")
+            redis_server = RedisServer(workdir=workdir / f"redis-{diagnosis}")
+            for server in (nats_server, redis_server):
+                server.workdir.mkdir(parents=True)
+                server.start()
+                servers.append(server)
+            print(
+                f"kubesim ({'on' if diagnosis else 'off'}): {args.jobs:,} PyTorchJobs x "
+                f"{args.pods_per_job} pods ...",
+                flush=True,
+            )
             sim_process, sim_conn = child(
                 serve, args.jobs, args.pods_per_job, str(workdir / f"sim-{diagnosis}")
             )
-            kubeconfig, total_pods, setup_s = sim_conn.recv()
-            print(f"kubesim: {total_pods:,} pods written in {setup_s:.1f} s", flush=True)
-            results.append(run_mode(diagnosis, args, sim_conn, kubeconfig, nats_server.url, redis_server.url))
-            if diagnosis:
-                cache_process, cache_conn = child(cache_bytes, kubeconfig)
-                results[-1]["tracemalloc"] = cache_conn.recv()
-                cache_process.join(30)
-            sim_conn.send(("stop",))
-            sim_process.join(30)
-        finally:
-            nats_server.close()
-            redis_server.close()
+            stacks[diagnosis] = {
+                "nats": nats_server.url,
+                "redis": redis_server.url,
+                "sim": (sim_process, sim_conn),
+            }
+        for diagnosis, stack in stacks.items():
+            stack["kubeconfig"], total_pods, setup_s = stack["sim"][1].recv()
+            print(
+                f"kubesim ({'on' if diagnosis else 'off'}): {total_pods:,} pods written in {setup_s:.1f} s",
+                flush=True,
+            )
+        for diagnosis, stack in stacks.items():
+            stack["proc"], stack["wconn"], stack["result"] = start_watcher(
+                diagnosis, args, stack["kubeconfig"], stack["nats"], stack["redis"]
+            )
+            stack["result"]["rounds"] = []
+        for pair in range(1, args.pairs + 1):
+            for diagnosis in (False, True):
+                stack = stacks[diagnosis]
+                stack["result"]["rounds"].append(
+                    churn_round(
+                        stack["result"]["mode"], pair, args, stack["wconn"], stack["sim"][1], stack["nats"]
+                    )
+                )
+            off_us = per_job_event_us(stacks[False]["result"]["rounds"][-1])
+            on_us = per_job_event_us(stacks[True]["result"]["rounds"][-1])
+            print(
+                f"[pair {pair}] CPU-us per job event {off_us:.1f} / {on_us:.1f}: {on_us / off_us:.2f}x",
+                flush=True,
+            )
+        on_stack = stacks[True]
+        on_stack["result"]["latency"] = asyncio.run(
+            latency_phases(args, on_stack["sim"][1], on_stack["nats"])
+        )
+        cache_process, cache_conn = child(cache_bytes, on_stack["kubeconfig"])
+        on_stack["result"]["tracemalloc"] = cache_conn.recv()
+        cache_process.join(30)
+        for stack in stacks.values():
+            stack["result"]["load_end"] = loadavg()
+            stack["wconn"].send("stop")
+            stack["proc"].join(30)
+            stack["sim"][1].send(("stop",))
+            stack["sim"][0].join(30)
+    finally:
+        for server in servers:
+            server.close()
+        # Two JetStream stores and kubesim work dirs: ~300 MB at full scale, left in /tmp before.
+        shutil.rmtree(workdir, ignore_errors=True)
 
-    off, on = results
+    off, on = stacks[False]["result"], stacks[True]["result"]
+    results = [off, on]
     pods = args.jobs * args.pods_per_job
     print(
-        f"\n{args.jobs:,} jobs x {args.pods_per_job} pods ({pods:,} pods); "
+        f"\n{args.jobs:,} jobs x {args.pods_per_job} pods ({pods:,} pods); {args.pairs} interleaved pairs; "
         f"run {time.perf_counter() - wall0:.0f} s\n"
     )
-    print("| measure | diagnosis off | diagnosis on | on / off |\n|---|---:|---:|---:|")
-
-    def row(name: str, a: float, b: float, fmt: str) -> None:
-        ratio = b / a if a else float("inf")
-        print(f"| {name} | {a:{fmt}} | {b:{fmt}} | {ratio:.2f}x |")
-
-    jc_off, jc_on = off["job_churn"], on["job_churn"]
-    pc_off, pc_on = off["pod_churn"], on["pod_churn"]
-    row(
-        "CPU-us per job event (job churn)",
-        jc_off["cpu"] / jc_off["writes"] * 1e6,
-        jc_on["cpu"] / jc_on["writes"] * 1e6,
-        ",.1f",
+    print(
+        "| pair | CPU per job event, on / off | CPU-us per job event, off / on | CPU-us per pod event, on | "
+        "GC CPU-s in the job churn, off / on | load (1 min) at the job churns, off / on |"
     )
-    row(
-        "CPU-us per pod event (pod churn)",
-        pc_off["cpu"] / pc_off["writes"] * 1e6,
-        pc_on["cpu"] / pc_on["writes"] * 1e6,
-        ",.1f",
-    )
-    row(
-        "CPU-us per published job event (job churn)",
-        jc_off["cpu"] / max(jc_off["published"], 1) * 1e6,
-        jc_on["cpu"] / max(jc_on["published"], 1) * 1e6,
-        ",.0f",
-    )
-    row("job events published in job churn", jc_off["published"], jc_on["published"], ",.0f")
-    row("job events published in pod churn", pc_off["published"], pc_on["published"], ",.0f")
-    row("pod churn CPU-s (absolute)", pc_off["cpu"], pc_on["cpu"], ".2f")
-    row("job churn CPU-s (absolute)", jc_off["cpu"], jc_on["cpu"], ".2f")
-    row("job churn CPU-s in the garbage collector", sum(jc_off["gc_cpu"]), sum(jc_on["gc_cpu"]), ".2f")
-    row("sync (list) CPU-s", off["sync_cpu"], on["sync_cpu"], ".2f")
-    row("RSS after sync, MB", off["rss"], on["rss"], ".0f")
+    print("|---:|---:|---:|---:|---:|---:|")
+    ratios = []
+    for r_off, r_on in zip(off["rounds"], on["rounds"], strict=True):
+        a, b = per_job_event_us(r_off), per_job_event_us(r_on)
+        ratios.append(b / a)
+        pod_us = r_on["pod_churn"]["cpu"] / r_on["pod_churn"]["writes"] * 1e6
+        print(
+            f"| {r_off['round']} | {b / a:.2f}x | {a:.1f} / {b:.1f} | {pod_us:.1f} | "
+            f"{sum(r_off['job_churn']['gc_cpu']):.2f} / {sum(r_on['job_churn']['gc_cpu']):.2f} | "
+            f"{r_off['job_churn']['load'].split()[0]} / {r_on['job_churn']['load'].split()[0]} |"
+        )
+    median = statistics.median(ratios)
+    on["ratios"] = ratios
+    on["median_ratio"] = median
+    print(f"\nmedian of the pairs' ratios: {median:.2f}x (target <= 1.30x)")
+    published = [
+        (r["job_churn"]["published"], r["pod_churn"]["published"]) for r in off["rounds"] + on["rounds"]
+    ]
+    print(f"job events published per round (job churn, pod churn): {sorted(set(published))}")
+    print(f"sync (list) CPU-s: off {off['sync_cpu']:.2f}, on {on['sync_cpu']:.2f}")
+    print(f"RSS after sync: off {off['rss']:.0f} MB, on {on['rss']:.0f} MB")
     per_pod = (on["rss"] - off["rss"]) * 1024 * 1024 / max(on["pods_cached"], 1)
     print(
-        f"\nRSS delta over {on['pods_cached']:,} cached pods: {on['rss'] - off['rss']:.0f} MB, "
+        f"RSS delta over {on['pods_cached']:,} cached pods: {on['rss'] - off['rss']:.0f} MB, "
         f"{per_pod:,.0f} bytes per cached pod (target <= 1024)"
     )
     tm = on["tracemalloc"]
@@ -620,10 +682,7 @@ def main() -> None:
             f"p99 {v['p99'] * 1000:.0f} ms (target <= 1000), max {v['max'] * 1000:.0f} ms, "
             f"{v['missing']} not seen; load {v['load']}"
         )
-    print(
-        f"load average: off run {off['load_start']} -> {off['load_end']}; "
-        f"on run {on['load_start']} -> {on['load_end']}"
-    )
+    print(f"load average: start {off['load_start']}, end {on['load_end']}")
     if args.json:
         args.json.write_text(
             orjson.dumps(

@@ -184,7 +184,12 @@ async def publish(nats_url: str, events: list[JobStatusEvent]) -> None:
         js = client.jetstream()
         await ensure_streams(js)
         for e in events:
-            subject = job_subject(cluster_id=CLUSTER, namespace="team-llm", kind_key="pytorchjob", name=NAME)
+            subject = job_subject(
+                cluster_id=e.job.cluster_id,
+                namespace=e.job.namespace,
+                kind_key=e.job.kind_key,
+                name=e.job.name,
+            )
             await js.publish(subject, wrap_job_event(e).to_json(), headers={"Nats-Msg-Id": e.event_id})
     finally:
         await client.close()
@@ -303,6 +308,84 @@ async def test_the_job_page_shows_the_diagnosis_in_both_languages(system: System
             )
             await expect(page.locator("#diagnosis-log")).to_have_count(0)
             await expect(page.locator('#timeline li[data-sequence="4"]')).to_contain_text("diagnosis update")
+        finally:
+            await context.close()
+            await browser.close()
+
+
+def other_job(uid: str, name: str, diagnosis: Diagnosis | None, sequence: int = 0) -> JobStatusEvent:
+    """Another job of the cluster, seen for the first time (or at ``sequence``), running."""
+    base = event(0, Phase.RUNNING, "created", diagnosis=diagnosis)
+    return base.model_copy(
+        update={
+            "event_id": job_event_id(CLUSTER, uid, sequence),
+            "sequence": sequence,
+            "change": "created" if sequence == 0 else "diagnosis",
+            "previous_phase": None if sequence == 0 else Phase.RUNNING,
+            "job": base.job.model_copy(update={"uid": uid, "name": name}),
+            "observed_at": T0 + timedelta(hours=1, minutes=sequence),
+        }
+    )
+
+
+async def test_a_jobs_list_filtered_by_category_inserts_and_marks_jobs_live(
+    system: System, nats_url: str
+) -> None:
+    """With a diagnosis filter set, the live list inserted no new job (events did not say the
+    category). Now each event carries the job's current one: a new job of the category is
+    inserted, one of another category is not, and a shown job whose diagnosis moves to another
+    category stays, marked as no longer matching."""
+    from playwright.async_api import async_playwright, expect
+
+    await publish_and_persist(system, nats_url)
+    async with async_playwright() as playwright:
+        browser = await playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_FLAGS)
+        context = await browser.new_context(viewport={"width": 1300, "height": 900}, locale="en-US")
+        page = await context.new_page()
+        page.set_default_timeout(20_000)
+        try:
+            await page.goto(f"{system.dashboard}/admin/signin")
+            await page.fill("#admin-token", VIEWER)
+            await page.click("#signin-form button[type=submit]")
+            await page.wait_for_load_state()
+            await page.goto(f"{system.dashboard}/jobs?diagnosis=OOMKilled&lang=en")
+            await expect(page.locator("#live-status")).to_have_class(re.compile(r"\bon\b"))
+            rows = page.locator("#jobs-table tbody tr")
+            await expect(rows).to_have_count(1)
+            shown = page.locator(f'#jobs-table tr[data-key="{CLUSTER}/{UID}"]')
+            await expect(shown).not_to_have_class(re.compile(r"\boff-filter\b"))
+
+            pulling = OOM.model_copy(
+                update={"category": DiagnosisCategory.IMAGE_PULL_FAILED, "summary": "pull"}
+            )
+            # In stream order: the other category's job first, then the filtered one's.
+            await publish(
+                nats_url,
+                [other_job("uid-pull", "vit-pull", pulling), other_job("uid-oom", "bert-oom", OOM)],
+            )
+            await expect(page.locator('#jobs-table tr[data-key="gpu-east/uid-oom"]')).to_have_count(1)
+            await expect(page.locator('#jobs-table tr[data-key="gpu-east/uid-pull"]')).to_have_count(0)
+            await expect(rows).to_have_count(2)
+
+            # The shown job's diagnosis moves on (a diagnosis update): kept, marked, explained.
+            node_lost = OOM.model_copy(update={"category": DiagnosisCategory.NODE_FAILURE, "summary": "lost"})
+            moved = EVENTS[-1].model_copy(
+                update={"event_id": job_event_id(CLUSTER, UID, 4), "sequence": 4, "change": "diagnosis",
+                        "previous_phase": Phase.FAILED, "diagnosis": node_lost,
+                        "observed_at": T0 + timedelta(minutes=50)}
+            )  # fmt: skip
+            await publish(nats_url, [moved])
+            await expect(shown).to_have_class(re.compile(r"\boff-filter\b"))
+            await expect(shown).to_have_attribute(
+                "title", "No longer OOMKilled: its diagnosis changed after this list was loaded."
+            )
+            # ... and back: it matches again.
+            back = moved.model_copy(
+                update={"event_id": job_event_id(CLUSTER, UID, 5), "sequence": 5, "diagnosis": OOM}
+            )
+            await publish(nats_url, [back])
+            await expect(shown).not_to_have_class(re.compile(r"\boff-filter\b"))
+            await expect(rows).to_have_count(2)
         finally:
             await context.close()
             await browser.close()

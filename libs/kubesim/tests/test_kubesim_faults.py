@@ -78,6 +78,28 @@ async def test_error_responses(cluster: kubesim.Cluster, client: Any, code: int,
     assert (await client.get(PJ))[0] == 200
 
 
+async def test_error_responses_only_for_the_requests_a_filter_accepts(
+    cluster: kubesim.Cluster, client: Any
+) -> None:
+    """One kind of request fails (here: LISTs at an exact resourceVersion), the others go through,
+    and only the failed ones are counted."""
+    seen: list[tuple[str, str, dict[str, str]]] = []
+
+    def exact_lists(method: str, path: str, query: Any) -> bool:
+        seen.append((method, path, dict(query)))
+        return query.get("resourceVersionMatch") == "Exact"
+
+    cluster.faults.error_responses(500, count=2, only=exact_lists)
+    assert (await client.get(PJ))[0] == 200
+    assert cluster.faults.errors_left() == 2
+    rv = (await client.get(PJ))[1]["metadata"]["resourceVersion"]
+    for _ in range(2):
+        assert (await client.get(PJ, resourceVersion=rv, resourceVersionMatch="Exact"))[0] == 500
+    assert cluster.faults.errors_left() == 0
+    assert (await client.get(PJ, resourceVersion=rv, resourceVersionMatch="Exact"))[0] == 200
+    assert ("GET", PJ, {"resourceVersion": rv, "resourceVersionMatch": "Exact"}) in seen
+
+
 async def test_refuse_connections(cluster: kubesim.Cluster, client: Any) -> None:
     port = cluster.port
     await cluster.faults.refuse_connections()

@@ -12,10 +12,11 @@ import orjson
 from dashboard_support import job_event, serving
 
 from trainwatch_common import JobStatusEvent, Phase, ensure_streams
+from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory
 from trainwatch_common.testing import eventually
 from trainwatch_common.testing.events import publish_job_event
 from trainwatch_dashboard.app import create_app
-from trainwatch_dashboard.live import Broker, JobFilter, LiveFeed, sse_stream
+from trainwatch_dashboard.live import Broker, JobFilter, LiveFeed, job_payload, sse_stream
 from trainwatch_dashboard.settings import DashboardSettings
 
 
@@ -140,6 +141,17 @@ async def test_health_reports_reach_the_clusters_stream_with_the_latest_first(na
             await feed.stop()
     finally:
         await nc.close()
+
+
+def test_a_job_payload_carries_the_current_diagnosis_category() -> None:
+    """A jobs list filtered by category inserts a new job, and marks a shown one, by it."""
+    event = job_event(sequence=2)
+    assert job_payload(event)["diagnosis_category"] is None
+    oom = Diagnosis(
+        category=DiagnosisCategory.OOM_KILLED, blame=Blame.USER_CONFIG, summary="worker-1 OOMKilled"
+    )
+    update = event.model_copy(update={"change": "diagnosis", "diagnosis": oom})
+    assert job_payload(update)["diagnosis_category"] == "OOMKilled"
 
 
 def test_job_filter_lets_through_the_event_that_leaves_a_filtered_phase() -> None:

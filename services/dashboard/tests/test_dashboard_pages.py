@@ -286,13 +286,17 @@ async def test_jobs_page_filters_by_diagnosis_category_through_the_url(
     assert "diagnosis=OOMKilled" in next_link.group(1).replace("&amp;", "&")
     assert "cursor=c2" in next_link.group(1)
     assert re.search(r'href="/jobs/export.csv\?[^"]*diagnosis=OOMKilled', text)
-    # The live stream does not know a job's category before an event: no live inserts here.
-    assert 'data-insert="no"' in text
+    # New jobs are inserted live here too (each event carries the job's current category, which
+    # the page checks); the stream is not filtered by category, so a shown row whose category
+    # moved away still gets its event, and the page marks it with the note below.
+    assert 'data-insert="yes"' in text
     assert "diagnosis" not in re.search(r'data-live="([^"]*)"', text).group(1)  # type: ignore[union-attr]
+    assert 'data-off-filter="No longer OOMKilled: its diagnosis changed after this list was loaded."' in text
 
     zh = (await client.get("/jobs", params={"diagnosis": "OOMKilled", "lang": "zh-CN"})).text
     assert "诊断" in zh
     assert '<option value="OOMKilled" selected>内存不足 (OOMKilled)</option>' in zh
+    assert 'data-off-filter="已不再是内存不足 (OOMKilled)：' in zh  # noqa: RUF001
 
     # A category the vocabulary does not have is not passed on (the query API would refuse it).
     stand.requests.clear()
@@ -301,6 +305,7 @@ async def test_jobs_page_filters_by_diagnosis_category_through_the_url(
     query = next(r for r in stand.requests if r.url.path == "/v1/jobs")
     assert "diagnosis" not in dict(query.url.params)
     assert 'data-insert="yes"' in response.text
+    assert "data-off-filter" not in response.text
 
 
 async def test_job_page_shows_the_timeline_newest_first_and_replicas(client: httpx.AsyncClient) -> None:

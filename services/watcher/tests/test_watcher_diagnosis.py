@@ -4,8 +4,11 @@ carry the diagnosis kubesim's ground truth names (issue 16 items 1, 3 and 7)."""
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping
 
+import orjson
 import pytest
+from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 from watcher_harness import (
     FakeRegistry,
@@ -18,8 +21,12 @@ from watcher_harness import (
 )
 
 import kubesim
+from trainwatch_common.events.diagnosis import DiagnosisCategory
+from trainwatch_common.events.envelope import wrap_job_event
 from trainwatch_common.events.jobs import JobStatusEvent
+from trainwatch_common.subjects import job_subject
 from trainwatch_common.testing import eventually
+from trainwatch_watcher.history import StreamHistory
 
 CLUSTER_OPTIONS = {"kueue": True, "volcano_podgroups": True, "coscheduling": True}
 # The fields of a diagnosis the truth names (None in the truth: the diagnosis must say none either).
@@ -365,3 +372,140 @@ async def test_a_warning_event_that_arrives_after_its_job_was_seen_still_diagnos
     assert [e.sequence for e in events] == list(range(len(events)))
     assert events[-1].change == "diagnosis"
     assert events[-1].previous_phase == events[-1].phase
+
+
+@pytest.mark.parametrize("code", [500, 429])
+async def test_a_failed_link_list_of_a_resumed_informer_is_retried_and_the_late_evidence_still_diagnoses(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    code: int,
+) -> None:
+    """A resumed informer lists its kind once at the resume's resourceVersion to link the jobs of
+    its checkpoint to their evidence. When that LIST failed, the jobs stayed unlinked: the Event
+    that arrives later woke nobody, and the job (which does not change again) was never diagnosed.
+    Only that LIST fails here, three times; the resume's watch and everything else go through."""
+    cluster = await sim.add_cluster("relink", seed=6)
+    cluster.forbid("events")
+    await registry.add(cluster)
+    await watcher.start()
+    await watcher.wait_synced("relink", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=6, rate=None)
+    truth = await driver.run_diagnosis("JobSet", "QuotaExceeded")
+    assert truth.category == "QuotaExceeded"
+    seen = await eventually(
+        lambda: _by_uid(job_events, "relink").get(truth.uid, []), message="the JobSet's first event"
+    )
+    assert all(e.diagnosis is None or e.diagnosis.category.value != "QuotaExceeded" for e in seen)
+    await watcher.stop()  # gracefully: the next start resumes from the checkpoint
+
+    def link_list(method: str, path: str, query: Mapping[str, str]) -> bool:
+        # The link LIST, not the companion's (a fieldSelector) nor the watch's progress check.
+        return (
+            path.endswith(f"/{kubesim.JOBSET.plural}")
+            and query.get("resourceVersionMatch") == "Exact"
+            and "fieldSelector" not in query
+        )
+
+    cluster.faults.error_responses(code, count=3, only=link_list)
+    cluster.allow("events")
+    await watcher.start()
+    await watcher.wait_synced("relink", informers=len(cluster.kinds))
+    assert cluster.faults.errors_left() == 0, "the link LIST was not made (or not failed) three times"
+    await _wait_diagnoses(job_events, [truth], "relink")
+    events = sorted(_by_uid(job_events, "relink")[truth.uid], key=lambda e: e.sequence)
+    assert [e.sequence for e in events] == list(range(len(events)))
+    assert (events[-1].change, events[-1].previous_phase) == ("diagnosis", events[-1].phase)
+
+
+class _EarlierSendStored(StreamHistory):
+    """The real stream history. Once a restarted informer of ``kind_key`` has read the stream,
+    ``forge`` stores the first send of the event it is about to publish: the one its previous
+    run sent, stored, before it died unacknowledged, computed from evidence that moved since."""
+
+    def __init__(self, nc: NatsClient, kind_key: str, forge: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(nc)
+        self._kind_key = kind_key
+        self._forge = forge
+
+    async def last_sequence(self, cluster_id: str, kind_key: str, namespace: str | None) -> int:
+        last = await super().last_sequence(cluster_id, kind_key, namespace)
+        if kind_key == self._kind_key:
+            await self._forge()
+        return last
+
+
+async def test_a_resend_whose_stored_copy_has_another_diagnosis_is_followed_by_the_new_one(
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    nc: NatsClient,
+) -> None:
+    """A diagnosis update's id is the job's (uid, sequence), like every event's. The stream held
+    our next id already, with another diagnosis (the first send, before a crash lost its
+    acknowledgement and the evidence moved): JetStream dropped our copy as a duplicate, the
+    watcher took it for the same event and recorded its own diagnosis as emitted, so consumers
+    kept the stale one for good. Now the stored diagnosis is what counts as emitted, and the
+    current one follows as a diagnosis update under the next sequence."""
+    cluster = await sim.add_cluster("resend", seed=2, **CLUSTER_OPTIONS)
+    await registry.add(cluster)
+    await watcher.start()
+    await watcher.wait_synced("resend", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=2, rate=None)
+    queued = await driver.run_diagnosis("PyTorchJob", "QueueWaiting")
+    await _wait_diagnoses(job_events, [queued], "resend")
+    await watcher.stop()  # the checkpoint holds the QueueWaiting event as the last one emitted
+    last = sorted(_by_uid(job_events, "resend")[queued.uid], key=lambda e: e.sequence)[-1]
+    stale = last.diagnosis
+    assert stale is not None
+    assert stale.category.value == "QueueWaiting"
+    # Admitted while nobody watched: the next start finds the job waiting for its gang instead.
+    kubesim.kueue.admit(cluster.store, queued.namespace, str(queued.extra["workload"]), "team-gpu")
+
+    forged: list[JobStatusEvent] = []
+
+    async def store_the_earlier_send() -> None:
+        if forged:
+            return
+        sequence = last.sequence + 1
+        earlier = last.model_copy(
+            update={
+                "change": "diagnosis",
+                "sequence": sequence,
+                "event_id": JobStatusEvent.expected_event_id("resend", queued.uid, sequence),
+                "previous_phase": last.phase,
+                "diagnosis": stale.model_copy(
+                    update={"category": DiagnosisCategory.QUOTA_EXCEEDED, "position": None}
+                ),
+            }
+        )
+        envelope = orjson.dumps(wrap_job_event(earlier).model_dump(mode="json", exclude_none=True))
+        subject = job_subject(
+            cluster_id="resend", namespace=last.job.namespace, kind_key=last.job.kind_key, name=last.job.name
+        )
+        await nc.jetstream().publish(subject, envelope, headers={"Nats-Msg-Id": earlier.event_id})
+        forged.append(earlier)
+
+    await watcher.start(
+        history_factory=lambda client: _EarlierSendStored(client, last.job.kind_key, store_the_earlier_send)
+    )
+    await watcher.wait_synced("resend", informers=len(cluster.kinds))
+
+    def categories() -> list[tuple[int, str, str | None]]:
+        events = sorted(_by_uid(job_events, "resend")[queued.uid], key=lambda e: e.sequence)
+        return [(e.sequence, e.change, e.diagnosis.category.value if e.diagnosis else None) for e in events]
+
+    await eventually(
+        lambda: categories()[-1][2] == "GangWaiting",
+        message="the current diagnosis after the stored one",
+        timeout=20,
+    )
+    assert forged, "the earlier send was stored"
+    history = categories()
+    assert [s for s, _, _ in history] == list(range(len(history)))
+    assert history[-2:] == [
+        (last.sequence + 1, "diagnosis", "QuotaExceeded"),  # the stored first send
+        (last.sequence + 2, "diagnosis", "GangWaiting"),  # what the job's evidence says now
+    ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import TYPE_CHECKING, Any
 
 from kubesim.errors import ApiError
@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 __all__ = ["Faults"]
 
 _FOREVER = float("inf")
+
+# Which requests an injected error answers: (method, path, query) -> whether it does.
+RequestFilter = Callable[[str, str, Mapping[str, str]], bool]
 
 _MESSAGES = {
     429: "Too many requests, please try again later.",
@@ -54,6 +57,7 @@ class Faults:
         self._error_until = 0.0
         self._error_count: int | None = None
         self._retry_after = 1
+        self._error_only: RequestFilter | None = None
         self._stall_until = 0.0
         self._refusing = False
         self._refuse_task: asyncio.Task[None] | None = None
@@ -87,19 +91,36 @@ class Faults:
         return self._delay if time.monotonic() < self._delay_until else 0.0
 
     def error_responses(
-        self, code: int = 503, seconds: float | None = None, *, count: int | None = None, retry_after: int = 1
+        self,
+        code: int = 503,
+        seconds: float | None = None,
+        *,
+        count: int | None = None,
+        retry_after: int = 1,
+        only: RequestFilter | None = None,
     ) -> None:
         """Answer every API request with ``code`` (429, 500, 503, ...) as a ``Status``, for
         ``seconds`` or for the next ``count`` requests (or until cleared). 429 and 503 carry
-        ``Retry-After``. Watches already open are not affected."""
+        ``Retry-After``. Watches already open are not affected. ``only``: answer just the
+        requests it accepts (method, path, query), and count only those (one kind of request
+        failing while the others go through)."""
         self._error_code = code
         self._error_until = _until(seconds)
         self._error_count = count
         self._retry_after = retry_after
+        self._error_only = only
 
-    def check_error(self) -> ApiError | None:
+    def errors_left(self) -> int | None:
+        """How many more requests the injected error answers (None: not counted)."""
+        return self._error_count if self._error_code else 0
+
+    def check_error(
+        self, method: str = "GET", path: str = "", query: Mapping[str, str] | None = None
+    ) -> ApiError | None:
         """The injected error for this request, if any (counts it)."""
         if not self._error_code or time.monotonic() >= self._error_until:
+            return None
+        if self._error_only is not None and not self._error_only(method, path, query or {}):
             return None
         if self._error_count is not None:
             if self._error_count <= 0:
@@ -152,5 +173,6 @@ class Faults:
         """End every fault."""
         self._delay_until = 0.0
         self._error_code = 0
+        self._error_only = None
         self.unstall_watches()
         await self.accept_connections()

@@ -73,7 +73,7 @@ async def handle_request(cluster: Cluster, request: web.BaseRequest) -> web.Stre
         if delay:
             await asyncio.sleep(delay)
         user, allowed = _user(cluster, request)
-        injected = cluster.faults.check_error()
+        injected = cluster.faults.check_error(request.method, request.path, request.query)
         if injected is not None:
             raise injected
         resp = await _route(cluster, request, user, allowed)

@@ -55,6 +55,9 @@ def job_payload(event: JobStatusEvent) -> Payload:
         "restart_count": event.restart_count,
         "replicas": {role: counts.model_dump() for role, counts in event.replicas.items()},
         "observed_at": event.observed_at.isoformat(),
+        # The job's current diagnosis category (its highest-sequence event's): what a jobs list
+        # filtered by category needs to insert a new job or mark one that no longer belongs.
+        "diagnosis_category": event.diagnosis.category.value if event.diagnosis is not None else None,
     }
 
 

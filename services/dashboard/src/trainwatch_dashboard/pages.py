@@ -122,10 +122,11 @@ async def jobs_page(request: Request) -> HTMLResponse:
                 if k in ("cluster", "namespace", "kind", "phase", "owner", "label", "name")
             }
         ),
-        # New jobs are inserted live only where they belong: the first page, newest first. Not
-        # under a diagnosis filter: an event does not say which category a job had before, so the
-        # stream is not filtered by it (shown rows still update) and cannot tell who belongs.
-        first_page=cursor is None and sort in (None, "updated_at") and "diagnosis" not in filters,
+        # New jobs are inserted live only where they belong: the first page, newest first. Under
+        # a diagnosis filter too: each event carries the job's current category, which the page
+        # checks itself. The stream is not filtered by it, so a shown row whose category moved
+        # away still gets its event and is marked as no longer matching.
+        first_page=cursor is None and sort in (None, "updated_at"),
     )
     # Where the time went, for the browser's developer tools and the benchmark.
     backends_ms, render_ms = (fetched - began) * 1000, (time.perf_counter() - fetched) * 1000

@@ -27,6 +27,7 @@ from typing import Any
 from nats.js.api import PubAck
 from prometheus_client import Counter
 
+from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.envelope import job_event_json
 from trainwatch_watcher import errors, job_events, recovery, transitions
 from trainwatch_watcher.evidence_feed import EvidenceFeed
@@ -37,10 +38,10 @@ from trainwatch_watcher.kinds.catalog import decision_inputs_for, normalize_obje
 from trainwatch_watcher.kinds.model import MalformedObject, NormalizedStatus, is_owned_by_higher_level_job
 from trainwatch_watcher.kube import progress
 from trainwatch_watcher.kube.client import KubeClient
-from trainwatch_watcher.kube.watching import Progress, Synced, Watcher, WatchHooks, WatchTarget
+from trainwatch_watcher.kube.watching import Backoff, Progress, Synced, Watcher, WatchHooks, WatchTarget
 from trainwatch_watcher.metrics import WatcherMetrics
 from trainwatch_watcher.publishing import PendingPublish, Publisher, reraise_cancellation
-from trainwatch_watcher.records import Checkpoint, JobRecord, StateWrite, trim
+from trainwatch_watcher.records import Checkpoint, JobRecord, StateWrite, checkpointed, trim
 from trainwatch_watcher.settings import WatchTimings
 from trainwatch_watcher.state import StateStore
 
@@ -269,27 +270,55 @@ class Informer(WatchHooks):
             "resourceVersionMatch": "Exact",
             **target.selectors(),
         }
-        try:
-            # A LIST at a version the server has not reached waits, then fails: ask first.
-            await progress.check_not_ahead(self._client, target.path(), resource_version)
-            while True:
-                page = await self._client.get_json(target.path(), params)
-                items = page.get("items")
-                for obj in items if isinstance(items, list) else ():
-                    await self._link_checkpointed_job(obj)
-                token = (page.get("metadata") or {}).get("continue")
-                if not token:
-                    break
-                params = {"limit": page_size, "continue": str(token), **target.selectors()}
-        except errors.WatchExpired:
-            # Compacted, or the server went back in time (ResourceVersionAhead): the resume is
-            # refused the same way and relists, which links every job.
-            return
-        except errors.WatcherError as exc:
-            log.warning(
-                "jobs of the checkpoint not linked to their evidence until their next event",
-                extra={"cluster": spec.cluster_id, "kind": self._kind_label, "error": str(exc)[:200]},
-            )
+        backoff = Backoff(self._timings)
+        checked = False
+        while True:
+            try:
+                if not checked:
+                    # A LIST at a version the server has not reached waits, then fails: ask first.
+                    await progress.check_not_ahead(self._client, target.path(), resource_version)
+                    checked = True
+                while True:
+                    page = await self._client.get_json(target.path(), params)
+                    items = page.get("items")
+                    for obj in items if isinstance(items, list) else ():
+                        await self._link_checkpointed_job(obj)
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        return
+                    params = {"limit": page_size, "continue": str(token), **target.selectors()}
+            except errors.WatchExpired:
+                # Compacted, or the server went back in time (ResourceVersionAhead): the resume is
+                # refused the same way and relists, which links every job.
+                return
+            except (errors.Unreachable, errors.Unauthorized) as exc:
+                # An outage or refused credentials pass; the watch could not start now either.
+                # Given up, the jobs of the checkpoint would stay unlinked until their next event
+                # (evidence arriving for them wakes nobody): retry the page that failed, as the
+                # watch retries, and say why in health meanwhile.
+                self.on_reconnect(exc)
+                if isinstance(exc, errors.StorageInitializing):
+                    delay = self._timings.busy_retry
+                else:
+                    delay = backoff.next_delay()
+                log.info(
+                    "linking the jobs of the checkpoint to their evidence failed; retrying",
+                    extra={
+                        "cluster": spec.cluster_id,
+                        "kind": self._kind_label,
+                        "error": str(exc)[:200],
+                        "retry_in": round(delay, 2),
+                    },
+                )
+                await asyncio.sleep(delay)
+            except errors.WatcherError as exc:
+                # Not served (404), too large, another 4xx: retrying cannot help; the watch that
+                # follows reports it.
+                log.warning(
+                    "jobs of the checkpoint not linked to their evidence until their next event",
+                    extra={"cluster": spec.cluster_id, "kind": self._kind_label, "error": str(exc)[:200]},
+                )
+                return
 
     async def _link_checkpointed_job(self, obj: Any) -> None:
         assert self._diagnoser is not None
@@ -681,7 +710,7 @@ class Informer(WatchHooks):
                     ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
                     self._on_confirmed(commit.pending)
                     if ack.duplicate and commit.emission is not None:
-                        await self._check_duplicate(ack, commit.pending.msg_id, commit.emission)
+                        await self._check_duplicate(ack, commit.pending.msg_id, commit.emission, commit.write)
                     stream_mark = max(stream_mark, ack.seq or 0)
                     if commit.emission is not None:
                         emitted.child(commit.emission.change).inc()
@@ -695,12 +724,18 @@ class Informer(WatchHooks):
             for _ in batch:
                 self._queue.task_done()
 
-    async def _check_duplicate(self, ack: PubAck, msg_id: str, emission: transitions.Emission) -> None:
+    async def _check_duplicate(
+        self, ack: PubAck, msg_id: str, emission: transitions.Emission, write: StateWrite
+    ) -> None:
         """JetStream already held this id. A resend of the same event (its first send was stored,
         the acknowledgement lost) is what de-duplication is for; a different event under the id
         (a fenced-out owner's late publish got there first) means ours was dropped, and carrying
         on would lose it. Then start again from what the stream holds: it relists and emits the
-        job's current state under the next sequence."""
+        job's current state under the next sequence.
+
+        The same event may still carry another diagnosis: the evidence moved between the first
+        send (by us before a crash, or by the previous owner) and this one. Consumers have the
+        stored one; see ``_adopt_stored_diagnosis``."""
         if self._history is None:
             return
         stored = await self._history.stored_event(ack.seq)
@@ -713,6 +748,8 @@ class Informer(WatchHooks):
             and stored.head.record.slot.key == emission.slot.key
         ) or (stored.event_id == msg_id and stored.change == "deleted" == emission.change)
         if same:
+            if stored.head.record is not None:
+                self._adopt_stored_diagnosis(stored.uid, stored.head.record.diagnosis, emission, write)
             return
         self._metrics.event_id_conflicts.labels(self._kind_label).inc()
         # A replay from this checkpoint would run into the same id again: the next start relists,
@@ -721,6 +758,32 @@ class Informer(WatchHooks):
         raise errors.HistoryDiverged(
             f"{msg_id}: the stream holds a different event under this id (stream sequence {ack.seq})"
         )
+
+    def _adopt_stored_diagnosis(
+        self, uid: str, stored: Diagnosis | None, emission: transitions.Emission, write: StateWrite
+    ) -> None:
+        """Our copy of an event was dropped as a duplicate, and the stored copy's diagnosis is not
+        the one we sent (or lacks the log tail ours had). Recording ours as emitted would hide
+        the change for good: nothing compares against it again. So the record takes the stored
+        diagnosis (what consumers have), and the job is diagnosed again: what is news against
+        that goes out as a diagnosis update under the next sequence (an id of its own). The id
+        stays the (uid, sequence) one: a diagnosis in it would give one sequence two events."""
+        if self._diagnoser is None:
+            return  # without diagnosis our events carry none: nothing of ours was lost
+        ours = write.put.get(uid)
+        if ours is None or ours.slot.sequence != emission.sequence or not is_news(stored, ours.diagnosis):
+            return
+        kept = checkpointed(stored)
+        ours.diagnosis = kept
+        current = self._records.get(uid)
+        if current is not None and current is not ours and current.slot.sequence == emission.sequence:
+            current.diagnosis = kept  # a later status change kept the slot (and our diagnosis)
+        log.info(
+            "a resent event was stored with another diagnosis; diagnosing the job again",
+            extra={"cluster": self.spec.cluster_id, "kind": self._kind_label, "uid": uid},
+        )
+        self._diagnoser.dirty.add(uid)
+        self._diagnoser.wake.set()
 
     async def _store_with_retry(self, write: StateWrite) -> None:
         delay = 0.05

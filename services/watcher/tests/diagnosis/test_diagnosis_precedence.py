@@ -284,3 +284,65 @@ def test_a_jobset_whose_first_failed_job_hit_its_deadline_is_deadline_exceeded()
     d = run(failed, [killed], [other])
     assert d is not None
     assert d.category is C.EXIT_CODE
+
+
+def test_a_jobset_whose_first_failed_job_a_pod_failure_policy_rule_failed_is_pod_failure_policy() -> None:
+    """The child Job's own verdict, read from the job controller's Warning on it: a FailJob rule
+    of its podFailurePolicy (reference §3.1) explains the JobSet's failure, with the container,
+    pod and exit code of the rule's message, whether the pods are still there or not."""
+    message = "jobset failed due to one or more job failures (first failed job: bert-workers-2)"
+    rule = core_event(
+        "PodFailurePolicy",
+        "Container main for pod default/bert-workers-2-0-bbbbb failed with exit code 42 matching FailJob "
+        "rule at index 0",
+        kind="Job",
+        name="bert-workers-2",
+    )
+    failed_pod = pod(
+        "bert-workers-2-0-bbbbb",
+        jobset_labels("bert", "workers", 2),
+        phase="Failed",
+        containers=[container_status("main", terminated("Error", 42, finished=10))],
+    )
+    failed = job("jobset", Phase.FAILED, conditions=[failed_condition("FailedJobs", message)])
+    for pods in ([], [failed_pod]):
+        d = run(failed, pods, [rule])
+        assert d is not None
+        assert (d.category, d.container, d.exit_code) == (C.POD_FAILURE_POLICY, "main", 42), pods
+        assert d.pod == "bert-workers-2-0-bbbbb"
+
+
+def test_a_jobset_whose_first_failed_job_reached_its_backoff_limit_says_so_or_names_the_pods_cause() -> None:
+    """A child Job's ``BackoffLimitExceeded`` is a count, not a cause: with the child's failed pods
+    still there the root cause is theirs (the limit in the summary); with them cleaned up the
+    JobSet's failure is BackoffLimitExceeded, not the Unknown its "FailedJobs" alone gives."""
+    message = "jobset failed due to one or more job failures (first failed job: bert-workers-2)"
+    limit = core_event(
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+        kind="Job",
+        name="bert-workers-2",
+    )
+    failed = job("jobset", Phase.FAILED, conditions=[failed_condition("FailedJobs", message)])
+    d = run(failed, [], [limit])
+    assert d is not None
+    assert (d.category, d.reason) == (C.BACKOFF_LIMIT_EXCEEDED, "BackoffLimitExceeded")
+    crashed = pod(
+        "bert-workers-2-0-bbbbb",
+        jobset_labels("bert", "workers", 2),
+        phase="Failed",
+        containers=[container_status("main", terminated("Error", 1, finished=10))],
+    )
+    d = run(failed, [crashed], [limit])
+    assert d is not None
+    assert (d.category, d.exit_code, d.pod) == (C.EXIT_CODE, 1, "bert-workers-2-0-bbbbb")
+    assert "backoff limit" in d.summary
+    # The same Warning about another child Job than the first failed one does not explain it.
+    other = core_event(
+        "BackoffLimitExceeded",
+        "Job has reached the specified backoff limit",
+        kind="Job",
+        name="bert-workers-0",
+    )
+    d = run(failed, [], [other])
+    assert d is None or d.category is not C.BACKOFF_LIMIT_EXCEEDED

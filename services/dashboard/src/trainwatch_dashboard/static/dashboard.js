@@ -129,10 +129,14 @@
     // The stream also carries the event that moves a shown job out of a filtered phase; a job not
     // shown yet is inserted only if it matches every filter of the page.
     const wanted = new URLSearchParams(window.location.search);
+    // Each event carries the job's current diagnosis category (an update of the diagnosis alone
+    // included), so a diagnosis filter is checked here like the others.
+    const category = table.dataset.offFilter ? wanted.get("diagnosis") : null;
     const belongs = (job) =>
       job.change !== "deleted" &&
       (!wanted.get("namespace") || job.namespace === wanted.get("namespace")) &&
       (!wanted.get("phase") || job.phase === wanted.get("phase")) &&
+      (!category || job.diagnosis_category === category) &&
       (wanted.get("terminal") !== "true" || job.terminal) &&
       (wanted.get("terminal") !== "false" || !job.terminal);
     live(table.dataset.live, {
@@ -184,6 +188,14 @@
         }
         row.querySelector(".cell-updated").replaceChildren(timeTag(job.observed_at));
         row.classList.toggle("deleted", job.change === "deleted");
+        if (category) {
+          // Shown because it matched when the list was loaded; kept (no row jumps away while
+          // someone reads it), marked, until the next load leaves it out.
+          const off = job.diagnosis_category !== category;
+          row.classList.toggle("off-filter", off);
+          if (off) row.title = table.dataset.offFilter;
+          else row.removeAttribute("title");
+        }
         flash(row);
       },
     }, () => refresh("#jobs-table tbody").then(() => localizeTimes(table)));

@@ -12,7 +12,8 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
    reasons, Kubeflow's "active longer than specified deadline", Kueue
    ``MaximumExecutionTimeExceeded``, a JobSet's first failed child Job's ``DeadlineExceeded``
    Warning), ``PodFailurePolicy`` (Job ``PodFailurePolicy``, JobSet
-   ``FailJobSetFailurePolicyAction``, a Volcano Job ``Terminated``/``Aborted`` by its policy; the
+   ``FailJobSetFailurePolicyAction``, a JobSet's first failed child Job's ``PodFailurePolicy``
+   Warning, a Volcano Job ``Terminated``/``Aborted`` by its policy; the
    container, pod and exit code read from the rule's message and enriched with that pod's evidence,
    or taken from the failed pod when the verdict names none), ``ConfigError`` (``<Kind>FailedValidation``,
    ``ValidationFailed``, ``ValidationError``, ``TrainingRuntimeNotSupported``). These explain the
@@ -41,7 +42,8 @@ Precedence of :func:`diagnose` (the first rule that yields wins):
    ``Evicted``, scheduler ``Preempted``, ``FailedMount``...
 5. A **Failed** job with none of the above: its counting verdict (``BackoffLimitExceeded``,
    Kubeflow "reached the specified backoff limit", MPI v2beta1 ``BackoffLimitExceeded/<podReason>``
-   — ``/Evicted`` is Evicted —, ``MPIJobEvicted`` -> Evicted, JobSet ``ReachedMaxRestarts``,
+   — ``/Evicted`` is Evicted —, ``MPIJobEvicted`` -> Evicted, JobSet ``ReachedMaxRestarts``, a
+   JobSet's first failed child Job's ``BackoffLimitExceeded`` Warning (for a JobSet ``FailedJobs``),
    RayJob ``SubmissionFailed`` with a backoff, Volcano ``Failed``); RayJob ``AppFailed`` (or a
    SidecarMode head container) naming an exit code -> ExitCode; else Unknown with its reason.
 6. **Waiting** (Pending, Suspended, Restarting without pod failure): the Kueue Workload first (no

@@ -761,8 +761,11 @@ def diagnose(
     events = _recent(events, job, now)
     event_findings = [f for e in events if (f := event_finding(e)) is not None]
     verdict, decisive = job_verdict(job)
-    if not decisive and (child_verdict := _first_failed_child_verdict(job, events)) is not None:
-        verdict, decisive = child_verdict, True
+    child = None if decisive else _first_failed_child_verdict(job, events)
+    # A decisive child verdict explains the failure; a counting one (the child's backoff limit)
+    # only replaces the JobSet's own "FailedJobs", which says nothing (Unknown).
+    if child is not None and (child[1] or verdict is None or verdict.category is C.UNKNOWN):
+        verdict, decisive = child
 
     chosen: Finding | None = None
     same: list[Finding] = []
@@ -797,11 +800,16 @@ def _same(finding: Finding, chosen: Finding) -> bool:
     return finding.category is chosen.category and finding.resource == chosen.resource
 
 
-def _first_failed_child_verdict(job: JobEvidence, events: Sequence[WarningEvent]) -> Finding | None:
+def _first_failed_child_verdict(
+    job: JobEvidence, events: Sequence[WarningEvent]
+) -> tuple[Finding, bool] | None:
     """A failed JobSet (or a TrainJob before Trainer v2.2, which copies the JobSet's condition)
     says only "FailedJobs ... (first failed job: <child>)": the child Job's own verdict is in the
-    job controller's Warning on it, with its Failed condition's reason (reference §3.4, §3.1). A
-    child that ran past its activeDeadlineSeconds is decisive like the job's own deadline."""
+    job controller's Warning on it, with its Failed condition's reason (reference §3.4, §3.1).
+    Read as the job's own verdict would be (``job_verdict``), with whether it is decisive: a child
+    that ran past its activeDeadlineSeconds or that a podFailurePolicy rule failed explains the
+    JobSet's failure like its own deadline or rule would; a child that reached its backoff limit
+    (or too many failed indexes) is a count whose cause is in its pods."""
     if job.kind not in ("jobset", "trainjob") or job.phase is not Phase.FAILED:
         return None
     _, message, _ = _failed_condition(job)
@@ -810,8 +818,15 @@ def _first_failed_child_verdict(job: JobEvidence, events: Sequence[WarningEvent]
         return None
     child = match.group(1)
     for event in events:
-        if event.object_kind == "Job" and event.object_name == child and event.reason == "DeadlineExceeded":
-            return Finding(C.DEADLINE_EXCEEDED, event.reason, event.message, since=event.first_seen)
+        if event.object_kind != "Job" or event.object_name != child:
+            continue
+        reason, since = event.reason, event.first_seen
+        if reason == "DeadlineExceeded":
+            return Finding(C.DEADLINE_EXCEEDED, reason, event.message, since=since), True
+        if reason == "PodFailurePolicy":
+            return _failure_policy(reason, event.message, since), True
+        if reason in ("BackoffLimitExceeded", "MaxFailedIndexesExceeded", "FailedIndexes"):
+            return Finding(C.BACKOFF_LIMIT_EXCEEDED, reason, event.message, since=since), False
     return None
 
 
