@@ -110,6 +110,12 @@ async def all_live_clusters(conn: AsyncConnection) -> list[ClusterRow]:
     return [_cluster(row) for row in await conn.execute(query)]
 
 
+async def live_servers(conn: AsyncConnection) -> list[tuple[str, str]]:
+    """(id, API server URL) of every registered cluster: the duplicate-server check."""
+    query = select(clusters.c.id, clusters.c.server).where(clusters.c.deleted_at.is_(None))
+    return [(row.id, row.server or "") for row in await conn.execute(query)]
+
+
 async def encrypted_kubeconfigs(conn: AsyncConnection) -> list[tuple[str, bytes]]:
     query = select(clusters.c.id, clusters.c.kubeconfig_encrypted).where(
         clusters.c.kubeconfig_encrypted.is_not(None)
