@@ -5,10 +5,16 @@ force=true and the registry goes ahead (issue 20)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
+from dashboard_support import serving
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from trainwatch_common.auth import ApiTokens
@@ -44,8 +50,9 @@ class RegistryOnly(httpx.AsyncBaseTransport):
         return httpx.Response(503, json={"detail": "no query API in this test"})
 
 
-@pytest.fixture
-async def dashboard(sqlite_url: str, nats_url: str) -> AsyncIterator[httpx.AsyncClient]:
+@contextlib.asynccontextmanager
+async def _dashboard_app(sqlite_url: str, nats_url: str, allowed_hosts: str) -> AsyncIterator[FastAPI]:
+    """The dashboard app (lifespan not entered) in front of the real registry app (entered)."""
     registry_settings = RegistrySettings(  # type: ignore[call-arg]
         _env_file=None,
         registry_database_url=sqlite_url,
@@ -61,15 +68,19 @@ async def dashboard(sqlite_url: str, nats_url: str) -> AsyncIterator[httpx.Async
         registry_url="http://registry",
         query_url="http://query",
         dashboard_api_token=VIEWER,  # type: ignore[arg-type]
-        dashboard_allowed_hosts="dash",
+        dashboard_allowed_hosts=allowed_hosts,
     )
     async with registry.router.lifespan_context(registry):
-        app = create_app(settings, transport=RegistryOnly(httpx.ASGITransport(app=registry)))
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://dash", timeout=30) as client:
-                client.cookies.set("tw_admin", ADMIN)
-                yield client
+        yield create_app(settings, transport=RegistryOnly(httpx.ASGITransport(app=registry)))
+
+
+@pytest.fixture
+async def dashboard(sqlite_url: str, nats_url: str) -> AsyncIterator[httpx.AsyncClient]:
+    async with _dashboard_app(sqlite_url, nats_url, "dash") as app, app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://dash", timeout=30) as client:
+            client.cookies.set("tw_admin", ADMIN)
+            yield client
 
 
 async def test_the_add_form_shows_a_duplicate_api_server_and_registers_it_only_when_forced(
@@ -121,3 +132,48 @@ async def test_the_rotate_form_refuses_another_api_server_until_forced(dashboard
     forced = await dashboard.post("/admin/clusters/gpu-a/rotate", json={**moved, "force": "true"})
     assert forced.json() == {"ok": True, "result": {"redirect": "/clusters?updated=gpu-a"}}
     assert "https://moved.example.com:6443" in (await dashboard.get("/clusters")).text
+
+
+CHROMIUM = Path(os.environ.get("TRAINWATCH_CHROMIUM", "/usr/bin/chromium"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not CHROMIUM.exists() or importlib.util.find_spec("playwright") is None,
+    reason="needs Chromium (TRAINWATCH_CHROMIUM) and playwright",
+)
+async def test_in_a_browser_the_add_form_offers_register_anyway_after_the_refusal(
+    sqlite_url: str, nats_url: str
+) -> None:
+    from playwright.async_api import async_playwright, expect
+
+    async with (
+        _dashboard_app(sqlite_url, nats_url, "127.0.0.1") as app,
+        serving(app) as base,
+        async_playwright() as playwright,
+    ):
+        async with httpx.AsyncClient(base_url=base, cookies={"tw_admin": ADMIN}, timeout=30) as client:
+            first = {"id": "gpu-a", "kubeconfig": kubeconfig("https://gpu.example.com:6443")}
+            assert (await client.post("/admin/clusters", json=first)).json()["ok"] is True
+        browser = await playwright.chromium.launch(
+            executable_path=str(CHROMIUM), args=["--headless", "--no-sandbox", "--disable-gpu"]
+        )
+        try:
+            context = await browser.new_context(locale="en-US")
+            await context.add_cookies([{"name": "tw_admin", "value": ADMIN, "url": base}])
+            page = await context.new_page()
+            page.set_default_timeout(20_000)
+            await page.goto(f"{base}/clusters/new")
+            force = page.locator("#add-force")
+            await expect(force).to_be_hidden()
+            await page.fill("#cluster-id", "gpu-a-again")
+            await page.fill("#add-kubeconfig", kubeconfig("https://gpu.example.com:6443"))
+            await page.click("#save-button")
+            await expect(page.locator("#add-result")).to_contain_text("already registered as gpu-a")
+            await expect(force).to_be_visible()
+            await force.check()
+            await page.click("#save-button")
+            await page.wait_for_url("**/clusters?added=gpu-a-again")
+            await expect(page.locator("body")).to_contain_text("gpu-a-again")
+        finally:
+            await browser.close()
