@@ -108,11 +108,8 @@ def server_changed(cluster_id: str, old: str, new: str, others: list[str]) -> Se
 async def _others_at(conn: AsyncConnection, server: str, cluster_id: str) -> list[str]:
     """Ids of the other live clusters registered at the same API server as ``server``."""
     key = server_key(server)
-    return sorted(
-        other
-        for other, at in await repository.live_servers(conn)
-        if other != cluster_id and server_key(at) == key
-    )
+    candidates = await repository.live_servers(conn, host=key[1])
+    return sorted(other for other, at in candidates if other != cluster_id and server_key(at) == key)
 
 
 class _LostRace(Exception):
