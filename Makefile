@@ -56,6 +56,8 @@ importlint:
 
 schemas:  ## Regenerate the published JSON Schemas, AsyncAPI and OpenAPI documents in docs/
 	$(UV) run python -m trainwatch_common.schemas docs
+	$(UV) run python -m trainwatch_registry openapi
+	$(UV) run python -m trainwatch_persister openapi
 
 check-all: lint typecheck importlint test
 

@@ -3,6 +3,8 @@
 # uv, the workspace's virtualenv, and the OS packages the tests and `make run` use.
 # As root it installs OS packages with apt-get; otherwise it prints the exact command. uv is
 # installed for the current user without root, also where PEP 668 refuses `pip install --user`.
+# Debian 12 (Python 3.11) and Ubuntu 24.04 (Python 3.12) differ here only in package names:
+# a package this system's apt sources lack is skipped when only some tests need it (below).
 #
 #   scripts/bootstrap.sh run    # for `make run`
 #   scripts/bootstrap.sh test   # for `make test` (adds PostgreSQL, kubectl, Chromium)
@@ -35,15 +37,41 @@ if ! command -v uv >/dev/null 2>&1 && [ ! -x "$HOME/.local/bin/uv" ] && ! comman
   && ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
   missing+=(python3-venv)
 fi
+# Packages only some tests need: where the system's apt sources have no such package, those tests
+# skip. Ubuntu 24.04 has no chromium deb (Ubuntu ships Chromium as a snap; its chromium-browser
+# deb only installs the snap), and may have no kubernetes-client; Debian 12 has both.
+declare -A optional=(
+  [chromium]="the dashboard's browser tests skip (TRAINWATCH_CHROMIUM=/path/to/chromium uses another)"
+  [kubernetes-client]="the kubectl tests skip (any kubectl on PATH will do)"
+)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
-    say "installing OS packages: ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
-    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  else
-    say "missing OS packages; run: sudo apt-get install -y ${missing[*]}"
-    exit 1
+  fi
+  # One name apt does not know would fail the whole install: sort them out first.
+  read -r -a unknown <<<"$(scripts/apt_unavailable.sh "${missing[@]}")"
+  installable=()
+  for pkg in "${missing[@]}"; do
+    if [[ " ${unknown[*]} " == *" $pkg "* ]]; then
+      if [ -n "${optional[$pkg]:-}" ]; then
+        say "no $pkg package in this system's apt sources: ${optional[$pkg]}"
+      else
+        say "no $pkg package in this system's apt sources, and Trainwatch needs it; install it another way"
+        exit 1
+      fi
+    else
+      installable+=("$pkg")
+    fi
+  done
+  if [ ${#installable[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      say "installing OS packages: ${installable[*]}"
+      apt-get install -y -qq --no-install-recommends "${installable[@]}" >/dev/null
+    else
+      say "missing OS packages; run: sudo apt-get install -y ${installable[*]}"
+      exit 1
+    fi
   fi
 fi
 

@@ -59,3 +59,20 @@ def test_install_uv_as_a_non_root_user(home: Path) -> None:
     again = _as_unprivileged("scripts/install_uv.sh", home)
     assert again.returncode == 0, again.stderr
     assert again.stderr == ""  # installed: nothing to do
+
+
+@pytest.mark.skipif(shutil.which("apt-cache") is None, reason="not a Debian-family system")
+def test_bootstrap_sorts_out_package_names_this_distribution_does_not_have() -> None:
+    # Issue 20: one name apt has no candidate for (chromium on Ubuntu 24.04, where Chromium is a
+    # snap) failed the whole `apt-get install` of bootstrap. scripts/apt_unavailable.sh names them
+    # first, from the real package lists: an unknown name, a virtual package with no candidate.
+    names = ["bash", "trainwatch-no-such-package", "mail-transport-agent"]
+    result = subprocess.run(
+        ["scripts/apt_unavailable.sh", *names], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["trainwatch-no-such-package", "mail-transport-agent"]
+    every_one = subprocess.run(
+        ["scripts/apt_unavailable.sh", "bash"], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert every_one.stdout.strip() == ""

@@ -78,11 +78,18 @@ def changed(doc: dict[str, Any], section: str, updates: dict[str, Any], *, index
     return result
 
 
+def server_of(cluster_id: str) -> str:
+    """The API server of ``create_body(cluster_id)``'s default kubeconfig."""
+    return f"https://{cluster_id}.k8s.example.com:6443"
+
+
 def create_body(cluster_id: str = "gpu-east", text: str | None = None, **fields: Any) -> dict[str, Any]:
+    """A registration body; by default each id has an API server of its own, as real clusters do
+    (the registry refuses a second registration of one API server unless forced)."""
     body: dict[str, Any] = {
         "id": cluster_id,
         "name": cluster_id.upper(),
-        "kubeconfig": text or as_yaml(kubeconfig()),
+        "kubeconfig": text or as_yaml(kubeconfig(server=server_of(cluster_id))),
     }
     body.update(fields)
     return body

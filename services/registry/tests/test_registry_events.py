@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import orjson
 from conftest import Bus, Harness, make_settings, running_registry
-from registry_kubeconfigs import ADMIN, as_yaml, create_body, kubeconfig
+from registry_kubeconfigs import ADMIN, as_yaml, create_body, kubeconfig, server_of
 from sqlalchemy import update
 
 from trainwatch_common import ClusterSpec, parse_cluster_event
@@ -26,7 +26,7 @@ async def _has(bus: Bus, count: int) -> bool:
 async def test_each_change_is_published_once_with_its_revision(registry: Harness, bus: Bus) -> None:
     created = await registry.create(create_body("gpu-east"))
     await registry.client.patch("/v1/clusters/gpu-east", json={"labels": {"team": "vision"}}, headers=ADMIN)
-    rotated = as_yaml(kubeconfig(token="rotated-token-5678"))
+    rotated = as_yaml(kubeconfig(server=server_of("gpu-east"), token="rotated-token-5678"))
     await registry.client.patch("/v1/clusters/gpu-east", json={"kubeconfig": rotated}, headers=ADMIN)
     await registry.client.delete("/v1/clusters/gpu-east", headers=ADMIN)
 

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 
 from conftest import Harness
-from registry_kubeconfigs import ADMIN, as_yaml, create_body, kubeconfig
+from registry_kubeconfigs import ADMIN, as_yaml, create_body, kubeconfig, server_of
 
 from trainwatch_common.testing import eventually
 from trainwatch_registry.kubeconfig import token_expiry
@@ -45,14 +45,18 @@ def _metric(text: str) -> float:
 async def test_expiry_is_public_and_counted_until_rotated(registry: Harness) -> None:
     soon = jwt(time.time() + 3 * 86400)
     later = jwt(time.time() + 60 * 86400)
-    created = await registry.create(create_body("soon", as_yaml(kubeconfig(token=soon))))
+    created = await registry.create(
+        create_body("soon", as_yaml(kubeconfig(server=server_of("soon"), token=soon)))
+    )
     assert created["credentials_expire_at"] is not None
     assert soon not in json.dumps(created)
-    other = await registry.create(create_body("later", as_yaml(kubeconfig(token=later))))
+    other = await registry.create(
+        create_body("later", as_yaml(kubeconfig(server=server_of("later"), token=later)))
+    )
     assert datetime.fromisoformat(other["credentials_expire_at"]) > datetime.fromisoformat(
         created["credentials_expire_at"]
     )
-    static = await registry.create(create_body("static", as_yaml(kubeconfig())))
+    static = await registry.create(create_body("static"))
     assert static["credentials_expire_at"] is None
 
     async def expiring_is(value: float) -> bool:
@@ -61,7 +65,9 @@ async def test_expiry_is_public_and_counted_until_rotated(registry: Harness) -> 
     await eventually(lambda: expiring_is(1.0), message="one cluster expiring within 14 days")
 
     response = await registry.client.patch(
-        "/v1/clusters/soon", json={"kubeconfig": as_yaml(kubeconfig(token=later))}, headers=ADMIN
+        "/v1/clusters/soon",
+        json={"kubeconfig": as_yaml(kubeconfig(server=server_of("soon"), token=later))},
+        headers=ADMIN,
     )
     assert response.status_code == 200, response.text
     assert response.json()["credentials_expire_at"] == other["credentials_expire_at"]
@@ -77,8 +83,10 @@ async def test_the_cluster_reply_says_whether_credentials_are_expiring(registry:
         "later": jwt(time.time() + 60 * 86400),
     }
     for cluster_id, token in tokens.items():
-        await registry.create(create_body(cluster_id, as_yaml(kubeconfig(token=token))))
-    await registry.create(create_body("static", as_yaml(kubeconfig())))
+        await registry.create(
+            create_body(cluster_id, as_yaml(kubeconfig(server=server_of(cluster_id), token=token)))
+        )
+    await registry.create(create_body("static"))
 
     listed = (await registry.client.get("/v1/clusters", headers=ADMIN)).json()["data"]
     assert {c["id"]: c["credentials_state"] for c in listed} == {

@@ -150,7 +150,8 @@ async def kubeconfig_contexts(request: Request) -> JSONResponse:
 async def test_new_cluster(request: Request) -> JSONResponse:
     async def call(token: str, body: dict[str, Any]) -> Any:
         spec = presenters.cluster_spec(body)
-        return await ui_of(request).backends.registry.create_cluster(spec, token=token, dry_run=True)
+        registry = ui_of(request).backends.registry
+        return await registry.create_cluster(spec, token=token, dry_run=True, force=_forced(body))
 
     return await _admin_call(request, call)
 
@@ -159,7 +160,9 @@ async def test_new_cluster(request: Request) -> JSONResponse:
 async def create_cluster(request: Request) -> JSONResponse:
     async def call(token: str, body: dict[str, Any]) -> Any:
         spec = presenters.cluster_spec(body)
-        created = await ui_of(request).backends.registry.create_cluster(spec, token=token)
+        created = await ui_of(request).backends.registry.create_cluster(
+            spec, token=token, force=_forced(body)
+        )
         return {"redirect": f"/clusters?added={created.get('id', spec['id'])}"}
 
     return await _admin_call(request, call)
@@ -181,7 +184,8 @@ async def rotate_credentials(request: Request, cluster_id: str) -> JSONResponse:
         changes: dict[str, Any] = {"kubeconfig": str(body.get("kubeconfig") or "")}
         if body.get("context"):
             changes["context"] = str(body["context"])
-        await ui_of(request).backends.registry.update_cluster(cluster_id, changes, token=token)
+        registry = ui_of(request).backends.registry
+        await registry.update_cluster(cluster_id, changes, token=token, force=_forced(body))
         return {"redirect": f"/clusters?updated={cluster_id}"}
 
     return await _admin_call(request, call)
@@ -204,6 +208,11 @@ async def remove_cluster(request: Request, cluster_id: str) -> JSONResponse:
         return {"redirect": f"/clusters?removed={cluster_id}"}
 
     return await _admin_call(request, call)
+
+
+def _forced(body: dict[str, Any]) -> bool:
+    """The form's "register / rotate anyway" after the registry refused the API server."""
+    return body.get("force") in (True, "true")  # the checkbox posts "true"
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
@@ -269,7 +278,10 @@ async def _admin_call(
                 response.delete_cookie(ADMIN_COOKIE)
             return response
         status = exc.status if 400 <= exc.status < 500 else 502
-        return JSONResponse({"ok": False, "status": exc.status, "problems": exc.problems}, status_code=status)
+        answer: dict[str, Any] = {"ok": False, "status": exc.status, "problems": exc.problems}
+        if exc.overridable:  # the form offers to go ahead anyway (force)
+            answer["overridable"] = exc.overridable
+        return JSONResponse(answer, status_code=status)
     except BackendError as exc:
         return JSONResponse({"ok": False, "problems": [backend_problem(request, exc)]}, status_code=502)
     if not str(audit["action"]).endswith("/test"):  # dry runs and connection tests change nothing

@@ -36,10 +36,28 @@ class BackendUnavailable(BackendError):
 
 
 class BackendRefused(BackendError):
-    def __init__(self, service: str, status: int, problems: list[str]) -> None:
+    def __init__(
+        self, service: str, status: int, problems: list[str], *, overridable: str | None = None
+    ) -> None:
         super().__init__(service, "; ".join(problems) or f"HTTP {status}")
         self.status = status
         self.problems = problems
+        # The registry's refusal that force=true overrides (cluster.duplicate_server,
+        # cluster.server_changed), so a form can offer "register anyway"; None otherwise.
+        self.overridable = overridable
+
+
+# The registry's 409 types that its force=true query parameter overrides.
+OVERRIDABLE_CONFLICTS = frozenset({"cluster.duplicate_server", "cluster.server_changed"})
+
+
+def overridable_conflict(status: int, body: Any) -> str | None:
+    """The type of a registry refusal that force=true would override, else None."""
+    detail = body.get("detail") if status == 409 and isinstance(body, Mapping) else None
+    for item in detail if isinstance(detail, list) else []:
+        if isinstance(item, Mapping) and item.get("type") in OVERRIDABLE_CONFLICTS:
+            return str(item["type"])
+    return None
 
 
 def problems_of(body: Any) -> list[str]:
@@ -127,7 +145,12 @@ class _Backend:
                 body: Any = response.json()
             except ValueError:
                 body = response.text[:500] or response.reason_phrase
-            raise BackendRefused(self.service, response.status_code, problems_of(body))
+            raise BackendRefused(
+                self.service,
+                response.status_code,
+                problems_of(body),
+                overridable=overridable_conflict(response.status_code, body),
+            )
         if response.status_code == 204 or not response.content:
             return None
         try:
@@ -170,13 +193,22 @@ class RegistryClient(_Backend):
         body = await self._request("GET", f"/v1/clusters/{_segment(cluster_id)}")
         return body if isinstance(body, dict) else {}
 
-    async def create_cluster(self, spec: Json, *, token: str, dry_run: bool = False) -> Json:
-        params = {"dry_run": "true"} if dry_run else None
+    async def create_cluster(
+        self, spec: Json, *, token: str, dry_run: bool = False, force: bool = False
+    ) -> Json:
+        """``force``: register even when another cluster has the same API server."""
+        params = {"dry_run": "true" if dry_run else None, "force": "true" if force else None}
         body = await self._request("POST", "/v1/clusters", params=params, json=spec, token=token)
         return body if isinstance(body, dict) else {}
 
-    async def update_cluster(self, cluster_id: str, changes: Json, *, token: str) -> Json:
-        body = await self._request("PATCH", f"/v1/clusters/{_segment(cluster_id)}", json=changes, token=token)
+    async def update_cluster(
+        self, cluster_id: str, changes: Json, *, token: str, force: bool = False
+    ) -> Json:
+        """``force``: accept a kubeconfig for another API server (the cluster moved)."""
+        params = {"force": "true"} if force else None
+        body = await self._request(
+            "PATCH", f"/v1/clusters/{_segment(cluster_id)}", params=params, json=changes, token=token
+        )
         return body if isinstance(body, dict) else {}
 
     async def test_cluster(self, cluster_id: str, *, token: str) -> Json:

@@ -194,6 +194,9 @@ EN: dict[str, str] = {
     "form.test_failed": "The kubeconfig is valid, but the cluster did not answer:",
     "form.server_version": "Server version",
     "form.refused": "The registry refused this:",
+    "form.force_add": "Register it anyway: I know another registration watches this API server "
+    "(each of its jobs is then published twice, under two cluster ids)",
+    "form.force_rotate": "Rotate anyway: this cluster really moved to the new API server",
     "form.rotate": "Rotate credentials",
     "form.rotate_help": "Paste the new kubeconfig; watchers switch to it within a second.",
     "form.rotate_submit": "Rotate",
@@ -450,6 +453,8 @@ ZH: dict[str, str] = {
     "form.test_failed": "kubeconfig 有效，但集群没有响应：",
     "form.server_version": "服务器版本",
     "form.refused": "registry 拒绝了该请求：",
+    "form.force_add": "仍然注册：我知道已有另一个注册在监视这个 API server（其每个作业将以两个集群 id 各发布一次）",
+    "form.force_rotate": "仍然轮换：这个集群确实已迁移到新的 API server",
     "form.rotate": "轮换凭据",
     "form.rotate_help": "粘贴新的 kubeconfig；watcher 会在一秒内切换。",
     "form.rotate_submit": "轮换",

@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import httpx
 import typer
@@ -36,6 +36,7 @@ from rich.table import Table
 
 from trainwatch_common import Phase
 from trainwatch_registry import join as joining
+from trainwatch_registry.addresses import server_key
 
 app = typer.Typer(no_args_is_help=True, help="Trainwatch operator CLI.")
 clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
@@ -132,17 +133,74 @@ def _read_kubeconfig(path: Path) -> str:
         raise _fail(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def _call(
+def _request(
     api_url: str, token: str, method: str, path: str, *, service: str = "the registry", **kwargs: Any
-) -> Any:
+) -> httpx.Response:
     try:
         with _client(api_url, token) as client:
-            response = client.request(method, path, **kwargs)
+            return client.request(method, path, **kwargs)
     except httpx.HTTPError as exc:
         raise _fail(f"cannot reach {service} at {api_url}: {exc}") from None
+
+
+def _answer(response: httpx.Response) -> Any:
     if response.status_code >= 400:
         raise _fail(_explain(response))
     return response.json() if response.content else None
+
+
+def _call(
+    api_url: str, token: str, method: str, path: str, *, service: str = "the registry", **kwargs: Any
+) -> Any:
+    return _answer(_request(api_url, token, method, path, service=service, **kwargs))
+
+
+# The registry's 409s that force=true overrides (registrations.ServerConflict).
+SERVER_CONFLICTS = frozenset({"cluster.duplicate_server", "cluster.server_changed"})
+
+
+def _server_conflict(response: httpx.Response) -> str | None:
+    """The registry's reason when it refused a call because of the kubeconfig's API server (one
+    registered already, or not the cluster's), else None."""
+    if response.status_code != 409:
+        return None
+    try:
+        detail = response.json().get("detail")
+    except (ValueError, AttributeError):
+        return None
+    for item in detail if isinstance(detail, list) else []:
+        if isinstance(item, dict) and item.get("type") in SERVER_CONFLICTS:
+            ctx = item.get("ctx")
+            ctx = ctx if isinstance(ctx, dict) else {}
+            return str(ctx.get("reason") or item.get("msg"))
+    return None
+
+
+def _call_guarded(
+    api_url: str,
+    token: str,
+    method: str,
+    path: str,
+    *,
+    force: bool,
+    refused: str,
+    anyway: str,
+    params: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """A call the registry refuses when the kubeconfig's API server is registered already or is
+    not the cluster's. Without ``force`` that refusal is the answer, worded for the CLI (``refused``:
+    what did not happen and how to override it); with it, the reason is shown as a warning and the
+    call made again with force=true, so the warning appears only when there was something to force."""
+    params = dict(params or {})
+    response = _request(api_url, token, method, path, params=params, **kwargs)
+    reason = _server_conflict(response)
+    if reason is not None:
+        if not force:
+            raise _fail(f"{reason}; {refused}")
+        _warn(f"{reason} ({anyway}: --force)")
+        response = _request(api_url, token, method, path, params={**params, "force": "true"}, **kwargs)
+    return _answer(response)
 
 
 def _explain(response: httpx.Response) -> str:
@@ -334,20 +392,14 @@ def _all_clusters(api_url: str, token: str, label: list[str] | None = None) -> l
             return rows
 
 
-def _server_key(server: str) -> tuple[str, str, int, str]:
-    """An API server URL compared as the apiserver it names: host case and an explicit :443 or a
-    trailing slash do not make a second cluster."""
-    parts = urlsplit(server.strip())
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    return parts.scheme.lower(), (parts.hostname or "").lower(), port, parts.path.rstrip("/")
-
-
 def _check_duplicate_server(api_url: str, token: str, server: str, cluster_id: str, *, force: bool) -> None:
     """Refuse (unless ``force``) to register an API server another cluster is registered at: both
-    registrations would be watched, and every job of that cluster published twice under two ids."""
-    key = _server_key(server)
+    registrations would be watched, and every job of that cluster published twice under two ids.
+    The registry refuses it too (409 cluster.duplicate_server); join asks first, before it creates
+    anything in the cluster."""
+    key = server_key(server)
     others = [
-        c for c in _all_clusters(api_url, token) if c["id"] != cluster_id and _server_key(c["server"]) == key
+        c for c in _all_clusters(api_url, token) if c["id"] != cluster_id and server_key(c["server"]) == key
     ]
     if not others:
         return
@@ -441,19 +493,22 @@ def add(
     watch = _watch_body(kind, namespace, exclude_namespace, owner_label, owner_annotation)
     if watch is not None:
         body["watch"] = watch
-    preview = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+    # The registry refuses an API server registered already (409) in the dry run as in the real one.
+    preview = _call_guarded(
+        api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"}, force=force,
+        refused="nothing registered (pass --force to register it anyway)", anyway="registering anyway",
+    )  # fmt: skip
     report = preview["connectivity"]
     if dry_run:
         if not _emit(preview, output):
             out.print("[bold]dry run[/]: nothing stored")
             _show_report(report)
-        _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
         if not report["ok"]:
             raise typer.Exit(2)
         return
-    _check_duplicate_server(api_url, token, preview["cluster"]["server"], body["id"], force=force)
     _check_reachable(report, body["id"], allow_unreachable=allow_unreachable)
-    result = _call(api_url, token, "POST", "/v1/clusters", json=body)
+    # force as given: the dry run above already asked, and warned
+    result = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"force": str(force).lower()})
     if not _emit(result, output):
         out.print(f"registered [bold]{escape(result['id'])}[/] at revision {result['revision']}")
         _show_cluster(result)
@@ -574,22 +629,11 @@ def rotate(
 ) -> None:
     """Replace a cluster's kubeconfig (credential rotation) for the same API server."""
     body = {"kubeconfig": _read_kubeconfig(kubeconfig), "context": context}
-    current = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
-    preview = _call(
-        api_url, token, "POST", "/v1/clusters", params={"dry_run": "true"},
-        json={"id": cluster_id, "name": current["name"], **body},
+    # The registry refuses (409 cluster.server_changed) a kubeconfig for another API server.
+    result = _call_guarded(
+        api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body, force=force,
+        refused="nothing changed (pass --force if the cluster really moved)", anyway="rotating anyway",
     )  # fmt: skip
-    new_server = preview["cluster"]["server"]
-    if _server_key(new_server) != _server_key(current["server"]):
-        message = (
-            f"the new kubeconfig points at {new_server}, but {cluster_id} is registered at "
-            f"{current['server']}: rotating would make {cluster_id} another cluster (its jobs published "
-            f"as {cluster_id}'s)"
-        )
-        if not force:
-            raise _fail(f"{message}; nothing changed (pass --force if the cluster really moved)")
-        _warn(f"{message} (rotating anyway: --force)")
-    result = _call(api_url, token, "PATCH", f"/v1/clusters/{cluster_id}", json=body)
     fingerprint = result["connection_fingerprint"]
     out.print(f"rotated [bold]{cluster_id}[/]: revision {result['revision']}, fingerprint {fingerprint}")
 
@@ -660,7 +704,7 @@ def _operator_context(kubeconfig: Path | None, context: str) -> joining.Operator
 def _registration(api_url: str, token: str, cluster_id: str, op: joining.OperatorContext) -> dict[str, Any]:
     """The registration, after checking that ``op`` points at the cluster it is registered for."""
     cluster: dict[str, Any] = _call(api_url, token, "GET", f"/v1/clusters/{cluster_id}")
-    if cluster["server"].rstrip("/") != op.server:
+    if server_key(cluster["server"]) != server_key(op.server):
         raise _fail(
             f"context {op.context!r} points at {op.server}, "
             f"but {cluster_id} is registered at {cluster['server']}"
@@ -682,14 +726,15 @@ def _mint(api: joining.KubeApi, options: joining.JoinOptions) -> joining.Minted:
 
 
 def _registry_dry_run(
-    api_url: str, token: str, body: dict[str, Any], wait_seconds: float = 15.0
+    api_url: str, token: str, body: dict[str, Any], wait_seconds: float = 15.0, *, force: bool = False
 ) -> dict[str, Any]:
     """The registry's connectivity check with the new token. A new binding can take a moment to
     reach the apiserver's RBAC cache, so a failed check is retried for a few seconds."""
     deadline = time.monotonic() + wait_seconds
     delay = 0.2
     while True:
-        result = _call(api_url, token, "POST", "/v1/clusters", json=body, params={"dry_run": "true"})
+        params = {"dry_run": "true", "force": str(force).lower()}  # join asked about duplicates already
+        result = _call(api_url, token, "POST", "/v1/clusters", json=body, params=params)
         report: dict[str, Any] = result["connectivity"]
         if report["ok"] or time.monotonic() > deadline:
             return report
@@ -776,7 +821,7 @@ def join(
         "kubeconfig": joining.registered_kubeconfig(op, cid, minted.token),
         "context": cid,
     }
-    report = _registry_dry_run(api_url, token, body)
+    report = _registry_dry_run(api_url, token, body, force=force)
     if not report["ok"] and not allow_unreachable:
         _show_report(report, console=err)
         raise _fail(
@@ -785,7 +830,9 @@ def join(
             "--allow-unreachable registers anyway, e.g. when only the watchers' network reaches the cluster)"
         )
     _check_reachable(report, cid, allow_unreachable=allow_unreachable)
-    registered = _call(api_url, token, "POST", "/v1/clusters", json=body)
+    registered = _call(
+        api_url, token, "POST", "/v1/clusters", json=body, params={"force": str(force).lower()}
+    )
     result["revision"] = registered["revision"]
     result["token_expires_at"] = minted.expires_at.isoformat() if minted.expires_at else None
     if not _emit(result, output):

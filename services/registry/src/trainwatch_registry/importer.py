@@ -100,7 +100,9 @@ async def import_file(registry: Registry, path: Path) -> ImportedFile:
         existing = await registry.row(cluster_id, include_deleted=True)
         if existing is None:
             body = ClusterCreate(id=cluster_id, name=path.stem, kubeconfig=SecretStr(text))
-            await registry.create(body, source=source)
+            # force: the folder is the operator's declared state, one file per cluster, and an
+            # import answers no questions; a file whose server changed is that cluster moved.
+            await registry.create(body, source=source, force=True)
             return outcome("registered")
         if existing.deleted_at is not None:
             return outcome("skipped", "removed through the API; add it again with `trainwatch clusters add`")
@@ -111,7 +113,7 @@ async def import_file(registry: Registry, path: Path) -> ImportedFile:
             and existing.context == sanitized.context
         ):
             return outcome("unchanged")
-        await registry.update(cluster_id, ClusterUpdate(kubeconfig=SecretStr(text)))
+        await registry.update(cluster_id, ClusterUpdate(kubeconfig=SecretStr(text)), force=True)
         return outcome("updated")
     except KubeconfigRefused as exc:
         return outcome("refused", *(f"{r.code}: {_without_values(r.message)}" for r in exc.refusals))

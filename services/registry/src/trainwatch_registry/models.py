@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
@@ -234,6 +234,11 @@ class ErrorItem(BaseModel):
     type: str
     loc: list[str | int]
     msg: str
+    ctx: dict[str, Any] | None = Field(
+        None,
+        description="For cluster.duplicate_server and cluster.server_changed: reason (msg without "
+        "the force hint), server, and clusters (the ids already registered at that server)",
+    )
 
 
 class ErrorBody(BaseModel):

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from trainwatch_common import (
     ClusterConnection,
@@ -28,7 +28,7 @@ from trainwatch_common import (
     wrap_cluster_event,
 )
 from trainwatch_registry import repository
-from trainwatch_registry.addresses import AddressRefused, checked_addresses
+from trainwatch_registry.addresses import AddressRefused, checked_addresses, server_key
 from trainwatch_registry.crypto import Encryptor
 from trainwatch_registry.kubeconfig import (
     IntakePolicy,
@@ -60,6 +60,56 @@ class ClusterNotFound(LookupError):
 
 class ClusterConflict(RuntimeError):
     """The id is taken, or the cluster changed since the revision the caller expected."""
+
+
+class ServerConflict(ClusterConflict):
+    """A registration that would watch an API server twice, or a rotation that would turn a
+    cluster into another one: refused unless the caller passes ``force``.
+
+    ``code`` tells the two apart for clients that offer the override (the CLI's ``--force``, the
+    dashboard's "register anyway"); ``clusters`` are the ids already registered at ``server``.
+    """
+
+    def __init__(self, code: str, reason: str, *, undone: str, server: str, clusters: list[str]) -> None:
+        super().__init__(f"{reason}; {undone} (force=true to go ahead anyway)")
+        self.code = code
+        self.reason = reason  # without the API's hint: the CLI words its own (--force)
+        self.server = server
+        self.clusters = clusters
+
+
+DUPLICATE_SERVER = "cluster.duplicate_server"
+SERVER_CHANGED = "cluster.server_changed"
+
+
+def duplicate_server(server: str, cluster_id: str, others: list[str]) -> ServerConflict:
+    return ServerConflict(
+        DUPLICATE_SERVER,
+        f"{server} is already registered as {', '.join(others)}: a second registration watches the "
+        "same cluster again and publishes each of its jobs twice, under two cluster ids",
+        undone="nothing registered",
+        server=server,
+        clusters=others,
+    )
+
+
+def server_changed(cluster_id: str, old: str, new: str, others: list[str]) -> ServerConflict:
+    also = f" (already registered as {', '.join(others)})" if others else ""
+    return ServerConflict(
+        SERVER_CHANGED,
+        f"the new kubeconfig points at {new}{also}, but {cluster_id} is registered at {old}: "
+        f"rotating would make {cluster_id} another cluster (its jobs published as {cluster_id}'s)",
+        undone="nothing changed",
+        server=new,
+        clusters=others,
+    )
+
+
+async def _others_at(conn: AsyncConnection, server: str, cluster_id: str) -> list[str]:
+    """Ids of the other live clusters registered at the same API server as ``server``."""
+    key = server_key(server)
+    candidates = await repository.live_servers(conn, host=key[1])
+    return sorted(other for other, at in candidates if other != cluster_id and server_key(at) == key)
 
 
 class _LostRace(Exception):
@@ -191,9 +241,17 @@ class Registry:
         except (OSError, TimeoutError, UnicodeError):
             return
 
-    def preview(self, body: ClusterCreate) -> tuple[SanitizedKubeconfig, ClusterPublic]:
-        """What ``create`` would store, without storing it (the dry run)."""
+    async def preview(
+        self, body: ClusterCreate, *, force: bool = False
+    ) -> tuple[SanitizedKubeconfig, ClusterPublic]:
+        """What ``create`` would store, without storing it (the dry run): refused as ``create``
+        would refuse it, the same API server registered already included."""
         sanitized = self.intake(body.kubeconfig.get_secret_value(), body.context)
+        if not force:
+            async with self._engine.connect() as conn:
+                others = await _others_at(conn, sanitized.server, body.id)
+            if others:
+                raise duplicate_server(sanitized.server, body.id, others)
         now = _now()
         row = self._new_row(body, sanitized, revision=1, source="api", now=now)
         return sanitized, self._public_of(row)
@@ -226,7 +284,9 @@ class Registry:
             deleted_at=None,
         )
 
-    async def create(self, body: ClusterCreate, *, source: str = "api") -> ClusterPublic:
+    async def create(self, body: ClusterCreate, *, source: str = "api", force: bool = False) -> ClusterPublic:
+        """Register a cluster; refused (ServerConflict) when another cluster is registered at the
+        same API server, unless ``force``: both would be watched, each job published twice."""
         sanitized = self.intake(body.kubeconfig.get_secret_value(), body.context)
         await self.check_resolved(sanitized)
         blob = self._encryptor.encrypt(sanitized.to_yaml())
@@ -235,6 +295,8 @@ class Registry:
                 existing = await repository.get_cluster(conn, body.id, include_deleted=True)
                 if existing is not None and existing.deleted_at is None:
                     raise ClusterConflict(f"cluster {body.id!r} is already registered")
+                if not force and (others := await _others_at(conn, sanitized.server, body.id)):
+                    raise duplicate_server(sanitized.server, body.id, others)
                 now = _now()
                 # A removed id keeps counting revisions: event ids must never repeat.
                 revision = existing.revision + 1 if existing is not None else 1
@@ -250,18 +312,19 @@ class Registry:
         self._on_commit()
         return self._public_of(row)
 
-    async def update(self, cluster_id: str, body: ClusterUpdate) -> ClusterPublic:
+    async def update(self, cluster_id: str, body: ClusterUpdate, *, force: bool = False) -> ClusterPublic:
         """Apply a partial update; a write that loses a race is retried on the newer revision,
-        unless the caller pinned ``expected_revision``."""
+        unless the caller pinned ``expected_revision``. New credentials for another API server
+        are refused (ServerConflict) unless ``force``: that is another cluster under this id."""
         for _ in range(_UPDATE_ATTEMPTS):
             try:
-                return await self._update_once(cluster_id, body)
+                return await self._update_once(cluster_id, body, force=force)
             except _LostRace:
                 if body.expected_revision is not None:
                     break
         raise ClusterConflict(f"cluster {cluster_id!r} changed concurrently; retry")
 
-    async def _update_once(self, cluster_id: str, body: ClusterUpdate) -> ClusterPublic:
+    async def _update_once(self, cluster_id: str, body: ClusterUpdate, *, force: bool) -> ClusterPublic:
         sanitized: SanitizedKubeconfig | None = None
         async with self._engine.connect() as conn:
             current = await repository.get_cluster(conn, cluster_id)
@@ -294,6 +357,10 @@ class Registry:
                 changed.watch = body.watch.model_dump(mode="json")
             connection_changed = False
             if sanitized is not None:
+                moved = server_key(sanitized.server) != server_key(current.server or "")
+                if moved and not force:
+                    others = await _others_at(conn, sanitized.server, cluster_id)
+                    raise server_changed(cluster_id, current.server or "", sanitized.server, others)
                 connection_changed = sanitized.connection_fingerprint != current.connection_fingerprint
                 same_secret = not connection_changed and sanitized.context == current.context
                 if not same_secret:

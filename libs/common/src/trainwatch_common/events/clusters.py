@@ -39,8 +39,12 @@ class WatchOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    include_namespaces: list[str] = Field(default_factory=list)
-    exclude_namespaces: list[str] = Field(default_factory=list)
+    include_namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces to watch; empty = all namespaces"
+    )
+    exclude_namespaces: list[str] = Field(
+        default_factory=list, description="Namespaces never watched (applied after include_namespaces)"
+    )
     kinds: list[str] = Field(default_factory=list, description="Kind keys, e.g. pytorchjob; empty = all")
     owner_label: str | None = Field(None, description="Job label that names its owner")
     owner_annotation: str | None = Field(None, description="Job annotation that names its owner")
@@ -70,11 +74,13 @@ class ClusterSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    id: ClusterId
-    name: str
-    labels: dict[str, str] = Field(default_factory=dict)
-    description: str = ""
-    watch: WatchOptions = Field(default_factory=WatchOptions)
+    id: ClusterId = Field(
+        description="Registry cluster id: a slug (1-63 lower-case letters, digits and '-'), never changes"
+    )
+    name: str = Field(description="Display name, free text")
+    labels: dict[str, str] = Field(default_factory=dict, description="Operator-set labels of the cluster")
+    description: str = Field("", description="Operator-set free text about the cluster")
+    watch: WatchOptions = Field(default_factory=WatchOptions, description="What the watchers watch in it")
     revision: int = Field(ge=1, description="Grows with every change of this cluster; never reused")
     connection_fingerprint: str = Field(description="Changes exactly when the effective connection does")
 
@@ -84,12 +90,14 @@ class ClusterEvent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    type: ClusterEventType
-    cluster: ClusterSpec
+    type: ClusterEventType = Field(description="added, updated or removed (as in the subject)")
+    cluster: ClusterSpec = Field(
+        description="The cluster as of this event; for removed, its last state before removal"
+    )
     connection_changed: bool = Field(
         description="False for a metadata-only update: watchers must not rebuild informers for it"
     )
-    occurred_at: datetime
+    occurred_at: datetime = Field(description="When the registry committed the change")
 
 
 KindState = Literal["watching", "starting", "forbidden", "not_installed", "failing"]
@@ -107,12 +115,12 @@ class KindHealth(BaseModel):
             "does not serve it; failing: another error, retried"
         )
     )
-    error: str | None = None
+    error: str | None = Field(None, description="The last error of this kind's watch (forbidden, failing)")
     recovered: str | None = Field(
         None,
         description="The last time the server was found behind our resourceVersion (etcd restored?)",
     )
-    recovered_at: datetime | None = None
+    recovered_at: datetime | None = Field(None, description="When that was found")
 
 
 class ClusterHealth(BaseModel):
@@ -120,15 +128,21 @@ class ClusterHealth(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    cluster_id: ClusterId
-    reachable: bool
+    cluster_id: ClusterId = Field(description="Registry cluster id")
+    reachable: bool = Field(
+        description="The API server's discovery answers (says nothing about RBAC: see kinds)"
+    )
     kinds_served: list[str] = Field(default_factory=list, description="Kind keys the cluster serves")
-    informers_running: int = 0
-    last_error: str | None = None
-    watch_lag_seconds: float | None = None
+    informers_running: int = Field(0, description="Watches (one per watched kind and scope) running now")
+    last_error: str | None = Field(None, description="The cluster's or a watch's last error; null when none")
+    watch_lag_seconds: float | None = Field(
+        None,
+        description="Seconds since the quietest watch last heard from the API server (an event or a "
+        "bookmark); null until every watch has",
+    )
     owner: str | None = Field(None, description="The watcher replica that holds the cluster's lease")
-    epoch: int = 0
-    observed_at: datetime
+    epoch: int = Field(0, description="Fencing token of the owner's lease (as on its job events)")
+    observed_at: datetime = Field(description="When the owner took this reading (its clock)")
     kinds: dict[str, KindHealth] = Field(
         default_factory=dict,
         description="Per kind key of the catalog: how it is watched (added in v1, optional)",

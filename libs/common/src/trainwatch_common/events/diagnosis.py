@@ -59,10 +59,10 @@ class DiagnosisWarning(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    reason: str = Field(max_length=128)
-    message: str = Field("", max_length=MAX_MESSAGE_CHARS)
+    reason: str = Field(max_length=128, description='The Event\'s reason, e.g. "FailedScheduling", "BackOff"')
+    message: str = Field("", max_length=MAX_MESSAGE_CHARS, description="The Event's message")
     count: int = Field(1, ge=1, description="Occurrences (count, or series.count for events.k8s.io)")
-    last_seen: datetime | None = None
+    last_seen: datetime | None = Field(None, description="When the Event was last seen")
     object: str | None = Field(
         None, max_length=300, description='What it is about, "<Kind>/<name>", e.g. "Pod/train-worker-3"'
     )
@@ -73,7 +73,7 @@ class LogTail(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    container: str
+    container: str = Field(description="The container the lines are from")
     previous: bool = Field(
         False, description="True when the lines are from the previous (terminated) instance after a restart"
     )
@@ -91,8 +91,12 @@ class Diagnosis(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
-    category: DiagnosisCategory
-    blame: Blame = Blame.UNKNOWN
+    category: DiagnosisCategory = Field(
+        description="The root cause, from a fixed vocabulary; read a value you do not know as Unknown"
+    )
+    blame: Blame = Field(
+        Blame.UNKNOWN, description="Who has to act: user_code, user_config, infrastructure or unknown"
+    )
     summary: str = Field(max_length=MAX_SUMMARY_CHARS, description="One plain line, no newline")
     reason: str | None = Field(
         None,
@@ -102,27 +106,37 @@ class Diagnosis(BaseModel):
     )
     message: str | None = Field(None, max_length=MAX_MESSAGE_CHARS, description="Its upstream message")
     role: str | None = Field(None, description='Replica role of the pod, e.g. "worker", "master", "launcher"')
-    replica_index: int | None = None
-    pod: str | None = None
-    container: str | None = None
-    exit_code: int | None = None
+    replica_index: int | None = Field(None, description="Replica index of the pod within its role")
+    pod: str | None = Field(None, description="The pod the category was read from")
+    container: str | None = Field(None, description="The container in that pod the category was read from")
+    exit_code: int | None = Field(None, description="Exit code of that container (its last termination)")
     signal: int | None = Field(
         None, description="Signal number: the API's, or exit code - 128 when above 128"
     )
     restarts: int | None = Field(None, ge=0, description="Restart count of the container")
-    node: str | None = None
+    node: str | None = Field(None, description="The node the pod ran or was assigned to")
     resource: str | None = Field(
         None, description='Unschedulable / Evicted / QuotaExceeded: the short resource, e.g. "nvidia.com/gpu"'
     )
     queue: str | None = Field(None, description="QueueWaiting / QuotaExceeded: the Kueue LocalQueue or queue")
-    cluster_queue: str | None = None
+    cluster_queue: str | None = Field(
+        None, description="QueueWaiting / QuotaExceeded: the Kueue ClusterQueue behind the queue"
+    )
     position: int | None = Field(
         None, ge=0, description="QueueWaiting: 0-based position in the LocalQueue (Kueue visibility API)"
     )
     pods_affected: int = Field(0, ge=0, description="Pods of the job showing this category")
     since: datetime | None = Field(None, description="Earliest timestamp of the evidence")
-    events: list[DiagnosisWarning] = Field(default_factory=list, max_length=MAX_WARNING_EVENTS)
-    log_tail: LogTail | None = None
+    events: list[DiagnosisWarning] = Field(
+        default_factory=list,
+        max_length=MAX_WARNING_EVENTS,
+        description=f"Up to {MAX_WARNING_EVENTS} distinct Warning events about the job or its pods",
+    )
+    log_tail: LogTail | None = Field(
+        None,
+        description="The redacted last lines of the failing container's log, when log tails are enabled; "
+        "may follow on a later diagnosis update",
+    )
 
     @field_validator("category", mode="before")
     @classmethod
@@ -145,7 +159,7 @@ class JobResources(BaseModel):
         description="From a nodeSelector or required node affinity naming it (nvidia.com/gpu.product, ...)",
     )
     cpu: float = Field(0.0, ge=0, description="CPU cores requested")
-    memory_bytes: int = Field(0, ge=0)
+    memory_bytes: int = Field(0, ge=0, description="Memory requested, in bytes")
     extended: dict[str, int] = Field(
         default_factory=dict, description="Every other extended resource requested, by name"
     )

@@ -28,14 +28,25 @@ DataT = TypeVar("DataT", bound=BaseModel)
 class CloudEvent(BaseModel, Generic[DataT]):
     model_config = ConfigDict(frozen=True, extra="allow")
 
-    specversion: str = "1.0"
-    id: str
-    source: str
-    type: str
-    subject: str | None = None
-    time: datetime
-    datacontenttype: str = "application/json"
-    dataschema: str | None = None
+    specversion: str = Field("1.0", description="CloudEvents spec version: always 1.0")
+    id: str = Field(
+        description="Deterministic event id (job.<cluster>.<uid>.<sequence>, cluster.<cluster>.<revision>); "
+        "also the Nats-Msg-Id; de-duplicate on it"
+    )
+    source: str = Field(
+        description="Who emitted it: /trainwatch/clusters/<cluster_id> (job events), /trainwatch/registry, "
+        "/trainwatch/watcher/<replica> (health)"
+    )
+    type: str = Field(
+        description="io.trainwatch.job.status.v1, io.trainwatch.cluster.<added|updated|removed>.v1 or "
+        "io.trainwatch.cluster.health.v1"
+    )
+    subject: str | None = Field(
+        None, description="<namespace>/<kind_key>/<name> for job events; the cluster id for cluster events"
+    )
+    time: datetime = Field(description="When it happened: the data's observed_at or occurred_at")
+    datacontenttype: str = Field("application/json", description="Media type of data: application/json")
+    dataschema: str | None = Field(None, description="URL of the JSON Schema of data")
     data: DataT = Field(description="The event itself")
 
     def to_json(self) -> bytes:

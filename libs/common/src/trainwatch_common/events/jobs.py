@@ -47,11 +47,15 @@ class ReplicaCounts(BaseModel):
 
     model_config = _TOLERANT
 
-    desired: int | None = None
-    active: int = 0
-    ready: int | None = None
-    succeeded: int = 0
-    failed: int = 0
+    desired: int | None = Field(
+        None, description="Replicas the spec asks for; null when the kind does not say"
+    )
+    active: int = Field(0, description="Replicas (pods) currently running or starting")
+    ready: int | None = Field(
+        None, description="Active replicas that are ready; null when the kind does not report it"
+    )
+    succeeded: int = Field(0, description="Replicas that completed successfully")
+    failed: int = Field(0, description="Replicas that failed")
 
 
 class JobRef(BaseModel):
@@ -59,14 +63,17 @@ class JobRef(BaseModel):
 
     model_config = _TOLERANT
 
-    cluster_id: str
-    api_version: str
-    kind: str
+    cluster_id: str = Field(description="Registry id of the cluster the job runs in")
+    api_version: str = Field(description='The job\'s Kubernetes apiVersion, e.g. "kubeflow.org/v1"')
+    kind: str = Field(description='The job\'s Kubernetes kind, e.g. "PyTorchJob" (two kinds are named "Job")')
     kind_key: str = Field(description="Trainwatch's stable kind name, e.g. pytorchjob, volcanojob, job")
-    namespace: str
-    name: str
-    uid: str
-    resource_version: str
+    namespace: str = Field(description="Kubernetes namespace of the job")
+    name: str = Field(description="Kubernetes name of the job")
+    uid: str = Field(description="metadata.uid: one job for its whole life, never reused; key events on it")
+    resource_version: str = Field(
+        description="metadata.resourceVersion of the object this event was read from (opaque: compare "
+        "for equality only, order by sequence)"
+    )
 
 
 class JobStatusEvent(BaseModel):
@@ -75,7 +82,11 @@ class JobStatusEvent(BaseModel):
     model_config = _TOLERANT
 
     event_id: str = Field(description="Deterministic: job_event_id(cluster_id, uid, sequence)")
-    change: JobChange
+    change: JobChange = Field(
+        description="Why this event was emitted: created (first seen, sequence 0), transition (phase, "
+        "sub_phase or terminal changed), diagnosis (same phase, new diagnosis), deleted (gone from the "
+        "cluster). Skip a value you do not handle: new ones may appear within v1"
+    )
     sequence: int = Field(
         ge=0,
         description=(
@@ -84,29 +95,60 @@ class JobStatusEvent(BaseModel):
         ),
     )
     epoch: int = Field(ge=0, description="Fencing token of the emitting watcher's lease on the cluster")
-    watcher_id: str | None = None
+    watcher_id: str | None = Field(None, description="The watcher replica that emitted the event")
 
-    job: JobRef
-    phase: Phase
-    sub_phase: SubPhase | None = None
-    terminal: bool = False
-    previous_phase: Phase | None = None
-    reason: str | None = None
-    message: str | None = None
+    job: JobRef = Field(description="Which job this is")
+    phase: Phase = Field(description="Normalized phase, the same seven for every kind (docs/contracts.md)")
+    sub_phase: SubPhase | None = Field(
+        None,
+        description="Where a Pending job waits (Created, Queued, Scheduling, Initializing, Waiting); "
+        "Finishing for an outcome not final yet; Aborting while a job stops",
+    )
+    terminal: bool = Field(
+        False, description="The outcome is final: the job will not change phase again; act on outcomes then"
+    )
+    previous_phase: Phase | None = Field(
+        None, description="The phase of the job's previous event; null on created"
+    )
+    reason: str | None = Field(
+        None,
+        description="The upstream reason of the status, e.g. a condition's reason (BackoffLimitExceeded)",
+    )
+    message: str | None = Field(
+        None, description="The upstream message of that status, as the cluster wrote it"
+    )
     source: str | None = Field(None, description='Where the phase was read, e.g. "condition:Failed"')
 
-    replicas: dict[str, ReplicaCounts] = Field(default_factory=dict)
-    restart_count: int = 0
+    replicas: dict[str, ReplicaCounts] = Field(
+        default_factory=dict,
+        description="Replica counts per role (Kubeflow replica type, Volcano task, JobSet replicatedJob; "
+        '"pods" for a batch Job)',
+    )
+    restart_count: int = Field(
+        0, description="Times the job was retried by its controller (as the kind counts them, or as observed)"
+    )
 
-    created_at: datetime | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    source_transition_time: datetime | None = None
-    observed_at: datetime
+    created_at: datetime | None = Field(None, description="metadata.creationTimestamp of the job")
+    started_at: datetime | None = Field(
+        None, description="When the job started, as its status says (absent for kinds that do not say)"
+    )
+    finished_at: datetime | None = Field(
+        None, description="When the job reached its outcome, as its status says (completion or failure time)"
+    )
+    source_transition_time: datetime | None = Field(
+        None, description="lastTransitionTime of the condition or state the phase was read from"
+    )
+    observed_at: datetime = Field(description="When the watcher observed this change (the watcher's clock)")
 
     labels: dict[str, str] = Field(default_factory=dict, description="The job labels selected for events")
-    owner: str | None = None
-    queue: str | None = None
+    owner: str | None = Field(
+        None,
+        description="Who owns the job: the value of the cluster's owner label or annotation, when set",
+    )
+    queue: str | None = Field(
+        None,
+        description="The Kueue queue-name label, else the kind's own spec queue (Volcano, Kubeflow gang)",
+    )
 
     # Added within v1 (issue 16); optional, absent on older events.
     diagnosis: Diagnosis | None = Field(

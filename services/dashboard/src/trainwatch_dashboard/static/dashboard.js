@@ -447,6 +447,14 @@
     }
   }
 
+  // The registry refused the kubeconfig's API server (registered already, or not this cluster's):
+  // show the reason and the checkbox that sends force=true with the next attempt.
+  function refused(form, box, answer) {
+    showResult(box, false, answer.problems || [], msg("form.refused"));
+    const option = form.querySelector(".force-option");
+    if (option && answer.overridable) option.hidden = false;
+  }
+
   function wireAdminForm(form) {
     const box = form.querySelector(".result");
     wireKubeconfig(form);
@@ -459,7 +467,7 @@
         const report = connectivityOf(answer.result);
         if (answer.ok && report.ok !== false) showResult(box, true, describeTest(report), msg("form.test_ok"));
         else if (answer.ok) showResult(box, false, describeTest(report), msg("form.test_failed"));
-        else showResult(box, false, answer.problems || [], msg("form.refused"));
+        else refused(form, box, answer);
       });
     }
     form.addEventListener("submit", async (event) => {
@@ -471,7 +479,7 @@
       } else if (answer.ok) {
         showResult(box, true, [], msg("form.test_ok"));
       } else {
-        showResult(box, false, answer.problems || [], msg("form.refused"));
+        refused(form, box, answer);
       }
     });
   }

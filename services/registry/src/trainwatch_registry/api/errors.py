@@ -9,7 +9,7 @@ from fastapi.responses import JSONResponse
 
 from trainwatch_registry.crypto import EncryptionKeyError
 from trainwatch_registry.kubeconfig import KubeconfigRefused
-from trainwatch_registry.registrations import ClusterConflict, ClusterNotFound
+from trainwatch_registry.registrations import ClusterConflict, ClusterNotFound, ServerConflict
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ClusterNotFound)
     async def not_found(_: Request, exc: ClusterNotFound) -> JSONResponse:
         return JSONResponse({"detail": str(exc)}, status_code=status.HTTP_404_NOT_FOUND)
+
+    @app.exception_handler(ServerConflict)
+    async def server_conflict(_: Request, exc: ServerConflict) -> JSONResponse:
+        # In the 422 shape, so a client can tell it from a taken id by its type and offer force.
+        ctx = {"reason": exc.reason, "server": exc.server, "clusters": exc.clusters}
+        detail = [{"type": exc.code, "loc": ["body", "kubeconfig"], "msg": str(exc), "ctx": ctx}]
+        return JSONResponse({"detail": detail}, status_code=status.HTTP_409_CONFLICT)
 
     @app.exception_handler(ClusterConflict)
     async def conflict(_: Request, exc: ClusterConflict) -> JSONResponse:

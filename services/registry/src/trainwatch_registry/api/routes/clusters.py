@@ -41,6 +41,13 @@ ClusterIdPath = Annotated[
     str, Path(pattern=CLUSTER_ID_PATTERN, max_length=63, description="The cluster's id")
 ]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"model": ErrorBody, "description": "No such cluster"}}
+Force = Annotated[
+    bool,
+    Query(
+        description="Go ahead even when the kubeconfig's API server is registered already (as "
+        "another cluster, or, for a rotation, when it is not this cluster's)"
+    ),
+]
 _REFUSED: dict[int | str, dict[str, Any]] = {
     422: {"model": ErrorBody, "description": "Invalid input; each item names one problem"}
 }
@@ -62,7 +69,14 @@ def _labels(selectors: list[str]) -> dict[str, str]:
     "/clusters",
     status_code=status.HTTP_201_CREATED,
     response_model=ClusterPublic | DryRunResult,
-    responses={409: {"model": ErrorBody, "description": "The id is taken"}, **_REFUSED},
+    responses={
+        409: {
+            "model": ErrorBody,
+            "description": "The id is taken, or (type cluster.duplicate_server) another cluster is "
+            "registered at the same API server: pass force=true to register it anyway",
+        },
+        **_REFUSED,
+    },
     summary="Register a cluster (or, with dry_run, validate it and test connectivity, storing nothing)",
 )
 async def create_cluster(
@@ -72,12 +86,13 @@ async def create_cluster(
     actor: ActorDep,
     response: Response,
     dry_run: Annotated[bool, Query(description="Validate and test connectivity; store nothing")] = False,
+    force: Force = False,
 ) -> ClusterPublic | DryRunResult:
     if dry_run:
-        sanitized, preview = services.registry.preview(body)
+        sanitized, preview = await services.registry.preview(body, force=force)
         response.status_code = status.HTTP_200_OK
         return DryRunResult(cluster=preview, connectivity=await services.check_connectivity(sanitized))
-    created = await services.registry.create(body)
+    created = await services.registry.create(body, force=force)
     _audit_change(actor, "create", created.id, created.revision)
     return created
 
@@ -104,13 +119,26 @@ async def get_cluster(cluster_id: ClusterIdPath, services: ServicesDep, _: Viewe
 @router.patch(
     "/clusters/{cluster_id}",
     response_model=ClusterPublic,
-    responses={**_NOT_FOUND, **_REFUSED, 409: {"model": ErrorBody, "description": "Revision conflict"}},
+    responses={
+        **_NOT_FOUND,
+        **_REFUSED,
+        409: {
+            "model": ErrorBody,
+            "description": "Revision conflict, or (type cluster.server_changed) the new kubeconfig "
+            "names another API server: pass force=true if the cluster really moved",
+        },
+    },
     summary="Change a cluster; a kubeconfig here rotates its credentials",
 )
 async def update_cluster(
-    cluster_id: ClusterIdPath, body: ClusterUpdate, services: ServicesDep, _: AdminDep, actor: ActorDep
+    cluster_id: ClusterIdPath,
+    body: ClusterUpdate,
+    services: ServicesDep,
+    _: AdminDep,
+    actor: ActorDep,
+    force: Force = False,
 ) -> ClusterPublic:
-    updated = await services.registry.update(cluster_id, body)
+    updated = await services.registry.update(cluster_id, body, force=force)
     action = "rotate" if body.kubeconfig is not None else "update"
     _audit_change(actor, action, cluster_id, updated.revision)
     return updated
