@@ -155,3 +155,41 @@ async def test_a_burst_larger_than_the_redis_pool_waits_for_connections_not_for_
     outages = [r for r in caplog.records if "redis unavailable" in r.getMessage()]
     assert outages == [], f"{len(outages)} waits for a Redis that was up"
     assert (await js.stream_info("DEADLETTER")).state.messages == 0
+
+
+async def test_a_burst_larger_than_the_in_flight_limit_is_told_without_waiting_a_hold_per_limit(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Issue 21: at 500 transitions/s the notifier told exactly ``max_in_flight`` (1,000) events per
+    ``hold_seconds`` (15 s): a digest being collected holds its events unacked, the consumer
+    stops fetching at the limit, and the digest still waits out its hold. A digest is sent at
+    once when the held events reach the limit, so a burst of any size goes through."""
+    digest = "    digest: {threshold: 5, window_seconds: 60, hold_seconds: 10.0, max_listed: 10}"
+    rules = rules_path(feishu_rules(feishu_sink.url("ml"), channel_extra=digest))
+    settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules, max_in_flight=40)
+    async with running(Notifier(settings)):
+        burst = 400  # ten times the limit: ten holds, one after the other, before
+        for index in range(burst):
+            await publish(js, make_event(name=f"burst-{index:03d}", uid=f"uid-{index}"))
+
+        def covered() -> int:
+            total = 0
+            for received in feishu_sink.received:
+                title = received.body["card"]["header"]["title"]["content"]
+                match = re.match(r"(\d+) job updates", title)
+                total += int(match.group(1)) if match else 1
+            return total
+
+        # The last digest (under the limit) waits out its hold, 10 s; all ten holds would be 100 s.
+        await eventually(lambda: covered() == burst, timeout=30, message=f"all {burst} told")
+
+        async def acked() -> bool:
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_ack_pending == 0 and info.num_pending == 0
+
+        await eventually(acked, timeout=5, message="every event acked")
+    assert feishu_sink.answers.get(11232, 0) == 0  # still within the bot's limits

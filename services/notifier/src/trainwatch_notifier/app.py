@@ -174,6 +174,7 @@ class Notifier:
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
             ack_wait_seconds=ack_wait,
+            in_flight_full=deps.in_flight_full,
         )
         health_started = asyncio.Event()
         try:

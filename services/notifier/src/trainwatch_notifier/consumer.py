@@ -91,6 +91,7 @@ class JobConsumer:
         fetch_batch: int = 100,
         max_in_flight: int = 1000,
         ack_wait_seconds: float = 60.0,
+        in_flight_full: asyncio.Event | None = None,
     ) -> None:
         self._js = js
         self._order = order
@@ -104,6 +105,8 @@ class JobConsumer:
         self.pending: set[PendingMessage] = set()
         self._room = asyncio.Event()
         self._room.set()
+        # The inverse of ``_room``, for the channel workers: digests go out when it is set.
+        self._full = in_flight_full or asyncio.Event()
         self._held_back: set[asyncio.Task[None]] = set()  # events waiting for an elder of their job
         # The sequences of each job's events this process holds (fetched, not yet acked or put
         # back): the job order in Redis says the same, unless Redis lost its data meanwhile.
@@ -117,6 +120,7 @@ class JobConsumer:
         metrics.PENDING.set(len(self.pending))
         if len(self.pending) >= self._max_in_flight:
             self._room.clear()
+            self._full.set()
 
     def _release(self, pending: PendingMessage) -> None:
         if pending in self.pending:
@@ -131,6 +135,7 @@ class JobConsumer:
         metrics.PENDING.set(len(self.pending))
         if len(self.pending) < self._max_in_flight:
             self._room.set()
+            self._full.clear()
         news = self._news.pop(job_key(pending.event), None)
         if news is not None:
             news.set()

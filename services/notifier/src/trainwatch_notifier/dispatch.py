@@ -49,12 +49,16 @@ class Settler(Protocol):
     async def settle(self, channel: str, *, retry: bool) -> None: ...
 
 
+IN_FLIGHT_CHECK_SECONDS = 0.1  # how often a digest being collected looks at the in-flight limit
+
+
 @dataclass(frozen=True, slots=True)
 class Item:
     event: JobStatusEvent
     payload: bytes  # the CloudEvent as received, for dead letters
     delivery: Delivery
     message: Settler
+    queued_at: float = field(default_factory=time.monotonic)  # for a digest's "N updates in Xs"
 
 
 @dataclass
@@ -74,6 +78,10 @@ class WorkerDeps:
     # Test seam: awaited after a send is recorded as sent and before its messages are settled.
     after_sent: Callable[[list[str]], Awaitable[None]] | None = None
     jitter: Callable[[], float] = field(default=random.random)
+    # Set while the consumer holds as many events as it may (``max_in_flight``): it fetches no
+    # more until some are settled, so a digest being collected is sent at once instead of waiting
+    # out its hold (which capped a burst at max_in_flight events per hold_seconds).
+    in_flight_full: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
@@ -165,11 +173,15 @@ class ChannelWorker:
                 lane.busy = False
 
     async def _collect(self, queue: asyncio.Queue[Item], hold_seconds: float) -> list[Item]:
-        """Everything that arrives within ``hold_seconds``: the burst becomes one digest."""
+        """Everything that arrives within ``hold_seconds``, or until the consumer's in-flight
+        limit is reached: the burst becomes one digest."""
         collected: list[Item] = []
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(hold_seconds):
-                while True:
+        full = self.deps.in_flight_full
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + hold_seconds
+        while not full.is_set() and (left := deadline - loop.time()) > 0:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, IN_FLIGHT_CHECK_SECONDS)):
                     collected.append(await queue.get())
         while not queue.empty():
             collected.append(queue.get_nowait())
@@ -242,7 +254,9 @@ class ChannelWorker:
         config = self.channel.config
         digest = DigestFacts(
             items=[self._facts(item) for item in items],
-            seconds=round(config.digest.hold_seconds),
+            # The span it covers: a digest sent early (the in-flight limit reached) is shorter than
+            # the hold.
+            seconds=max(1, round(items[-1].queued_at - items[0].queued_at)),
             language=config.language,
             dashboard_url=self.deps.dashboard_url,
             max_listed=config.digest.max_listed,

@@ -698,31 +698,38 @@ class Informer(WatchHooks):
             may_resend = functools.partial(self._fence, self.spec.cluster_id, self.spec.epoch)
         while True:
             reraise_cancellation(None)  # third-party clients (nats-py, redis) may have swallowed one
-            batch = [await self._queue.get()]
-            write = StateWrite()
-            stream_mark = 0
-            done = 0
-            # Confirm in order; whatever was queued while we waited for acknowledgements joins
-            # this batch, so under load one Redis write covers many events.
-            while done < len(batch):
-                commit = batch[done]
-                if commit.pending is not None:
-                    ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
-                    self._on_confirmed(commit.pending)
-                    if ack.duplicate and commit.emission is not None:
-                        await self._check_duplicate(ack, commit.pending.msg_id, commit.emission, commit.write)
-                    stream_mark = max(stream_mark, ack.seq or 0)
-                    if commit.emission is not None:
-                        emitted.child(commit.emission.change).inc()
-                write.merge(commit.write)
-                done += 1
-                while not self._queue.empty() and len(batch) < 1000:
-                    batch.append(self._queue.get_nowait())
-            if stream_mark:
-                write.stream_marks[self.spec.scope] = stream_mark
-            await self._store_with_retry(write)
-            for _ in batch:
-                self._queue.task_done()
+            # One batch per call: its commits (payloads, records) go with the call's frame, or an
+            # idle informer would keep its last batch, its whole first sync, while it waits here.
+            await self._commit_batch(await self._queue.get(), emitted, may_resend)
+
+    async def _commit_batch(
+        self, first: Commit, emitted: _LabelledChildren, may_resend: Callable[[], bool] | None
+    ) -> None:
+        batch = [first]
+        write = StateWrite()
+        stream_mark = 0
+        done = 0
+        # Confirm in order; whatever was queued while we waited for acknowledgements joins this
+        # batch, so under load one Redis write covers many events.
+        while done < len(batch):
+            commit = batch[done]
+            if commit.pending is not None:
+                ack = await self._publisher.confirm(commit.pending, may_resend=may_resend)
+                self._on_confirmed(commit.pending)
+                if ack.duplicate and commit.emission is not None:
+                    await self._check_duplicate(ack, commit.pending.msg_id, commit.emission, commit.write)
+                stream_mark = max(stream_mark, ack.seq or 0)
+                if commit.emission is not None:
+                    emitted.child(commit.emission.change).inc()
+            write.merge(commit.write)
+            done += 1
+            while not self._queue.empty() and len(batch) < 1000:
+                batch.append(self._queue.get_nowait())
+        if stream_mark:
+            write.stream_marks[self.spec.scope] = stream_mark
+        await self._store_with_retry(write)
+        for _ in batch:
+            self._queue.task_done()
 
     async def _check_duplicate(
         self, ack: PubAck, msg_id: str, emission: transitions.Emission, write: StateWrite

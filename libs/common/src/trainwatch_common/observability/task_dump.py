@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from types import FrameType
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,20 +35,27 @@ def dump_tasks() -> None:
 def await_chain(awaitable: Any) -> list[str]:
     """Where a suspended coroutine waits, outermost first: each coroutine, generator or async
     generator it awaits, down to the innermost (``Task.get_stack`` gives only the outermost)."""
-    chain: list[str] = []
+    return [
+        f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+        for frame in await_chain_frames(awaitable)
+    ]
+
+
+def await_chain_frames(awaitable: Any) -> list[FrameType]:
+    """The frames of ``await_chain``, outermost first."""
+    frames: list[FrameType] = []
     current = awaitable
-    while current is not None and len(chain) < _MAX_DEPTH:
+    while current is not None and len(frames) < _MAX_DEPTH:
         frame = (
             getattr(current, "cr_frame", None)
             or getattr(current, "gi_frame", None)
             or getattr(current, "ag_frame", None)
         )
         if frame is not None:
-            code = frame.f_code
-            chain.append(f"{code.co_filename}:{frame.f_lineno} in {code.co_name}")
+            frames.append(frame)
         current = (
             getattr(current, "cr_await", None)
             or getattr(current, "gi_yieldfrom", None)
             or getattr(current, "ag_await", None)
         )
-    return chain
+    return frames
