@@ -3,7 +3,7 @@ SHELL := /bin/bash
 export PATH := $(HOME)/.local/bin:$(PATH)
 UV ?= uv
 
-.PHONY: run test chaos chaos-short chaos-load bootstrap bootstrap-run lint typecheck importlint schemas check-all bench clean
+.PHONY: run test chaos chaos-short chaos-load chaos-nats bootstrap bootstrap-run lint typecheck importlint schemas check-all bench clean
 
 # make run CLUSTERS=5 RATE=2 DEMO_LANG=zh-CN RULES=my-rules.yaml FEISHU_DEMO=1 (all optional;
 # FEISHU_DEMO=1 sends the simulated jobs' cards to TRAINWATCH_FEISHU_WEBHOOK instead of the local sink)
@@ -35,6 +35,12 @@ chaos-short: bootstrap  ## The short chaos run (<= 3 min), also run by make test
 
 chaos-load: bootstrap  ## 20 clusters x 200 jobs (half in one burst), no faults
 	$(CHAOS) --mode load
+
+# Issue 17: on a three-node JetStream cluster (streams R3), kill -9 the JOBS leader's node, roll
+# the three nodes, then every service. `$(CHAOS) --mode short --nats-cluster` runs the whole short
+# schedule on the cluster instead.
+chaos-nats: bootstrap  ## The ha run on a 3-node NATS cluster (~3-4 min)
+	$(CHAOS) --mode ha
 
 bootstrap:
 	@scripts/bootstrap.sh test

@@ -9,11 +9,11 @@ files applied on their own (secrets.example.yaml, deploy/rbac). Where kubectl is
 machine image has it), its own kustomize renders both kustomizations too: the same objects, and its
 output passes the schemas.
 
-ServiceMonitor and PrometheusRule are custom resources of the Prometheus Operator, whose CRD
-schemas are not vendored: their metadata is validated as a strict ObjectMeta, and their spec
-against the schemas in CUSTOM_RESOURCE_SPECS, written here from the operator's v1 API reference
-(PrometheusRule's whole spec strictly; ServiceMonitor's selectors strictly, its endpoints' fields
-we use by type). test_deploy_manifests.py checks their content (metric names, selectors).
+ServiceMonitor and PrometheusRule are custom resources of the Prometheus Operator: they are
+validated against the operator's own CRDs (its openAPIV3Schema, vendored unmodified under
+tests/schemas/prometheus-operator/, with the release and commit in its README), made strict the
+way the API server's strict field validation is, and their metadata against the strict ObjectMeta.
+test_deploy_manifests.py checks their content (metric names, selectors).
 """
 
 from __future__ import annotations
@@ -52,83 +52,51 @@ def _schema_dir() -> Any:
 
 
 _K8S = "/api/_definitions.json#/$defs/io.k8s.apimachinery.pkg.apis.meta.v1."
-_DURATION = {
-    "type": "string",
-    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
-}
-_STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-# Written from the Prometheus Operator's monitoring.coreos.com/v1 API reference (not vendored).
-# PrometheusRule: the whole spec, strict. ServiceMonitor: its selectors strict (a LabelSelector is
-# Kubernetes's own type), an endpoint's fields we use typed, its many other fields let through.
-CUSTOM_RESOURCE_SPECS: dict[str, dict[str, Any]] = {
-    "PrometheusRule": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "groups": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "required": ["name"],
-                    "additionalProperties": False,
-                    "properties": {
-                        "name": {"type": "string", "minLength": 1},
-                        "interval": _DURATION,
-                        "query_offset": _DURATION,
-                        "labels": _STRINGS,
-                        "limit": {"type": "integer"},
-                        "partial_response_strategy": {"type": "string"},
-                        "rules": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["expr"],
-                                "additionalProperties": False,
-                                "properties": {
-                                    "alert": {"type": "string"},
-                                    "record": {"type": "string"},
-                                    "expr": {"type": ["string", "integer"]},
-                                    "for": _DURATION,
-                                    "keep_firing_for": _DURATION,
-                                    "labels": _STRINGS,
-                                    "annotations": _STRINGS,
-                                },
-                            },
-                        },
-                    },
-                },
-            }
-        },
-    },
-    "ServiceMonitor": {
-        "type": "object",
-        "required": ["selector", "endpoints"],
-        "properties": {
-            "selector": {"$ref": _K8S + "LabelSelector"},
-            "namespaceSelector": {
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "any": {"type": "boolean"},
-                    "matchNames": {"type": "array", "items": {"type": "string"}},
-                },
-            },
-            "endpoints": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "port": {"type": "string"},
-                        "path": {"type": "string"},
-                        "interval": _DURATION,
-                        "scrapeTimeout": _DURATION,
-                        "scheme": {"type": "string"},
-                    },
-                },
-            },
-        },
-    },
-}
+# The Prometheus Operator's own CRDs, vendored unmodified (tests/schemas/prometheus-operator/README.md
+# says which release and commit, and how to update them).
+CRD_DIR = ROOT / "tests" / "schemas" / "prometheus-operator"
+
+
+def strict_structural(schema: Any) -> Any:
+    """A CRD's structural schema as the API server applies it with strict field validation
+    (``kubectl apply --validate=strict``): an object's fields are exactly its ``properties``
+    unless it preserves unknown fields or is a map (``additionalProperties``). The OpenAPI
+    keywords it uses (type, properties, items, required, enum, pattern, anyOf, minimum, ...) are
+    JSON Schema's; the ``x-kubernetes-*`` ones constrain nothing a shipped object could break
+    (list and map types, int-or-string, already spelt out by its anyOf), and there are no CEL
+    validations in these CRDs (``test_the_vendored_crds_are_what_the_readme_says`` checks)."""
+    if isinstance(schema, list):
+        return [strict_structural(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {
+        key: strict_structural(value) for key, value in schema.items() if not key.startswith("x-kubernetes-")
+    }
+    if "properties" in schema:  # ``properties`` maps names to schemas: not a schema itself
+        out["properties"] = {name: strict_structural(sub) for name, sub in schema["properties"].items()}
+        if "additionalProperties" not in schema and not schema.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    return out
+
+
+@cache
+def custom_resource_schema(kind: str, api_version: str) -> dict[str, Any]:
+    """The vendored CRD's schema of ``kind`` at ``api_version``, strict, with metadata against
+    Kubernetes's strict ObjectMeta (a CRD's schema says only ``type: object`` there: the API
+    server validates ObjectMeta itself)."""
+    group, _, version = api_version.rpartition("/")
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        crd = yaml.safe_load(path.read_text())
+        if crd["spec"]["group"] != group or crd["spec"]["names"]["kind"] != kind:
+            continue
+        [served] = [v for v in crd["spec"]["versions"] if v["name"] == version and v["served"]]
+        schema: dict[str, Any] = strict_structural(served["schema"]["openAPIV3Schema"])
+        schema["properties"]["apiVersion"] = {"const": api_version}
+        schema["properties"]["kind"] = {"const": kind}
+        schema["properties"]["metadata"] = {"$ref": _K8S + "ObjectMeta"}
+        schema["required"] = sorted({"apiVersion", "kind", "metadata", *schema.get("required", [])})
+        return schema
+    raise LookupError(f"no vendored CRD for {api_version} {kind} in {CRD_DIR}")
 
 
 @cache
@@ -142,19 +110,10 @@ def _validator(kind: str, api_version: str) -> jsonschema.protocols.Validator:
     definitions = Resource.from_contents(_definitions())
     group, _, version = api_version.rpartition("/")
     if group in CUSTOM_RESOURCE_GROUPS:
-        # Metadata against the strict ObjectMeta; the spec as CUSTOM_RESOURCE_SPECS says.
         schema: dict[str, Any] = {
             "$schema": "https://json-schema.org/draft/2020-12/schema",
             "$id": f"https://kubernetes.io/api/{kind.lower()}/{api_version}",
-            "type": "object",
-            "required": ["apiVersion", "kind", "metadata", "spec"],
-            "additionalProperties": False,
-            "properties": {
-                "apiVersion": {"const": api_version},
-                "kind": {"const": kind},
-                "metadata": {"$ref": _K8S + "ObjectMeta"},
-                "spec": CUSTOM_RESOURCE_SPECS[kind],
-            },
+            **custom_resource_schema(kind, api_version),
         }
     else:
         # rbac.authorization.k8s.io/v1 -> rbac-v1, v1 -> v1 (the package's file names).
@@ -306,6 +265,35 @@ def test_a_wrong_selector_on_the_service_monitor_is_an_error() -> None:
     [monitor] = [copy.deepcopy(d) for _, d in OBJECTS if d["kind"] == "ServiceMonitor"]
     monitor["spec"]["selector"]["matchLabel"] = monitor["spec"]["selector"].pop("matchLabels")
     assert any("'matchLabel' was unexpected" in e for e in schema_errors(monitor))
+
+
+def test_a_misspelt_endpoint_field_on_the_service_monitor_is_an_error() -> None:
+    """The hand-written schema let an endpoint's unknown fields through; the operator's CRD does not."""
+    [monitor] = [copy.deepcopy(d) for _, d in OBJECTS if d["kind"] == "ServiceMonitor"]
+    endpoint = monitor["spec"]["endpoints"][0]
+    endpoint["scrapeInterval"] = endpoint.pop("interval", "30s")
+    endpoint["scheme"] = "ftp"  # the CRD's enum: http, https, HTTP, HTTPS
+    errors = schema_errors(monitor)
+    assert any("'scrapeInterval' was unexpected" in e for e in errors), errors
+    assert any(e.startswith("spec.endpoints.0.scheme: ") for e in errors), errors
+
+
+def test_the_vendored_crds_are_what_the_readme_says() -> None:
+    """Unmodified files of the release the README names, one per kind we ship, with no CEL rules
+    (``x-kubernetes-validations``) that the JSON Schema validation above would skip."""
+    readme = (CRD_DIR / "README.md").read_text()
+    version = re.search(r"release v(\d+\.\d+\.\d+)", readme)
+    assert version, readme
+    kinds = set()
+    for path in sorted(CRD_DIR.glob("*.yaml")):
+        text = path.read_text()
+        crd = yaml.safe_load(text)
+        assert crd["metadata"]["annotations"]["operator.prometheus.io/version"] == version.group(1)
+        assert "x-kubernetes-validations" not in text, path
+        assert path.name in readme, path.name
+        kinds.add(crd["spec"]["names"]["kind"])
+    assert kinds == {d["kind"] for _, d in OBJECTS if d["apiVersion"].startswith("monitoring.coreos.com/")}
+    assert "Apache License" in (CRD_DIR / "LICENSE").read_text()  # theirs, shipped with their files
 
 
 # Applied on their own, never by `kubectl apply -k`: the Secrets' example holds placeholders that

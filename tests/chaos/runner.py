@@ -48,6 +48,11 @@ from trainwatch_common.streams import (
 
 Condition = Callable[[], Awaitable[bool] | bool]
 
+# Steps of the schedule that modes name (``Mode.only``).
+KILL_NATS_LEADER = "kill -9 the JOBS stream leader's NATS node"
+ROLL_NATS = "rolling restart of the NATS nodes"
+ROLL_SERVICES = "rolling restart of every service"
+
 
 @dataclass(frozen=True)
 class Mode:
@@ -76,6 +81,11 @@ class Mode:
     quiet: float = 4.0  # the surfaces unchanged this long (and no backlog): settled
     faults: bool = True
     load_jobs: int = 0  # load mode: steady jobs per cluster before the burst
+    # NATS as a three-node JetStream cluster (every stream R3, every service given all three
+    # URLs): "restart NATS" becomes a kill -9 of the JOBS leader's node and a rolling restart of
+    # the three, and a rolling restart of every service is added (``--nats-cluster`` sets it).
+    nats_cluster: bool = False
+    only: tuple[str, ...] = ()  # run only these steps of the schedule (empty: all of them)
 
 
 MODES = {
@@ -102,6 +112,18 @@ MODES = {
         settle_timeout=240.0,
         quiet=10.0,
     ),
+    # The high-availability run (issue 17): the short mode's sizes on a three-node NATS cluster,
+    # only the steps that restart something the deploy runs several of.
+    "ha": Mode(
+        "ha",
+        notifier_env={
+            "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "8",
+            "TRAINWATCH_RETRY_BASE_SECONDS": "0.5",
+            "TRAINWATCH_RETRY_CAP_SECONDS": "3",
+        },
+        nats_cluster=True,
+        only=(KILL_NATS_LEADER, ROLL_NATS, ROLL_SERVICES),
+    ),
     "load": Mode(
         "load",
         clusters=20,
@@ -117,8 +139,9 @@ MODES = {
 
 
 class Chaos:
-    def __init__(self, mode: Mode, seed: int, run_dir: Path) -> None:
+    def __init__(self, mode: Mode, seed: int, run_dir: Path, *, nats_cluster: bool = False) -> None:
         self.mode = mode
+        self.nats_cluster = nats_cluster or mode.nats_cluster
         self.seed = seed
         self.rng = random.Random(seed)
         self.t0 = time.monotonic()
@@ -133,7 +156,9 @@ class Chaos:
             "TRAINWATCH_READ_TIMEOUT": str(mode.read_timeout),
             **mode.notifier_env,
         }
-        self.system = System(run_dir, clusters=mode.clusters, seed=seed, settings=settings)
+        self.system = System(
+            run_dir, clusters=mode.clusters, seed=seed, settings=settings, nats_cluster=self.nats_cluster
+        )
         self.nc: NatsClient | None = None
         self.leases: observe.Leases | None = None
         self.health: observe.Health | None = None
@@ -223,17 +248,26 @@ class Chaos:
     # -- start --------------------------------------------------------------------------------
     async def start(self) -> None:
         s = self.system
+        nats_kind = "a 3-node NATS cluster" if self.nats_cluster else "one nats-server"
         self.log(
-            f"chaos {self.mode.name}: seed {self.seed}, {self.mode.clusters} clusters, run dir {s.run_dir}"
+            f"chaos {self.mode.name}: seed {self.seed}, {self.mode.clusters} clusters, {nats_kind}, "
+            f"run dir {s.run_dir}"
         )
         await asyncio.to_thread(s.start_servers)
         await s.start_sink()
         s.start_kubesim(rate=self.mode.rate, concurrency=self.mode.concurrency)
         self.nc = await nats.connect(
-            s.nats.url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=self._nats_error
+            s.nats_urls, max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=self._nats_error
         )
-        js = self.nc.jetstream()
-        await ensure_streams(js, StreamSettings(jobs_duplicate_window_seconds=self.mode.duplicate_window))
+        # A fresh cluster answers JetStream requests only once it has elected its meta leader.
+        if not await self.wait(self._streams_created, timeout=60, what="streams created"):
+            raise RuntimeError("could not create the streams")
+
+    async def _streams_created(self) -> bool:
+        """Every stream and both durable consumers, created (one attempt; ``wait`` retries)."""
+        assert self.nc is not None
+        js = self.nc.jetstream(timeout=5)
+        await ensure_streams(js, self.stream_settings(self.mode.duplicate_window))
         # The durable consumers exist before any event, as in production (the notifier's starts at
         # NEW); the short mode shortens their redelivery so a run settles in seconds.
         for consumer in (NOTIFIER_CONSUMER, PERSISTER_CONSUMER):
@@ -241,6 +275,16 @@ class Chaos:
             if self.mode.ack_wait is not None:
                 config = dataclasses.replace(config, ack_wait=self.mode.ack_wait)
             await js.add_consumer(consumer.stream, config=config)
+        return True
+
+    def stream_settings(self, duplicate_window: float) -> StreamSettings:
+        return StreamSettings(
+            jobs_duplicate_window_seconds=duplicate_window, stream_replicas=self.system.stream_replicas
+        )
+
+    async def start_services(self) -> None:
+        s = self.system
+        assert self.nc is not None
         self.health = observe.Health(self.nc)
         await self.health.start()
         self.leases = observe.Leases(s.redis.url, s.cluster_ids)
@@ -373,6 +417,7 @@ class Chaos:
 
     async def restart_nats(self) -> None:
         s = self.system
+        assert s.nats is not None
         await asyncio.to_thread(s.nats.stop)
         self.log(f"fault: NATS stopped for {self.mode.nats_down:.0f}s")
         await asyncio.sleep(self.mode.nats_down)  # the outage itself
@@ -386,6 +431,113 @@ class Chaos:
         await self.wait_streaming(back, "after NATS")
         for proc in s.services():
             await self.wait_ready(proc, timeout=30)
+
+    # -- a three-node NATS cluster (``Mode.nats_cluster``) ---------------------------------------
+    async def jobs_leaders(self) -> dict[str, str | None]:
+        """The node leading the JOBS stream and each durable consumer on it (None: no leader)."""
+        assert self.nc is not None
+        js = self.nc.jetstream(timeout=2)
+        leaders: dict[str, str | None] = {}
+        stream = await js.stream_info("JOBS")
+        leaders["JOBS"] = stream.cluster.leader if stream.cluster else None
+        for durable in ("persister", "notifier"):
+            consumer = await js.consumer_info("JOBS", durable)
+            leaders[durable] = consumer.cluster.leader if consumer.cluster else None
+        return leaders
+
+    async def nats_current(self) -> bool:
+        """Every stream, every KV bucket and both durable consumers have a leader and every
+        other node as a current, online replica: the cluster can lose a node again."""
+        assert self.nc is not None
+        assert self.system.nats_cluster is not None
+        js = self.nc.jetstream(timeout=2)
+        others = len(self.system.nats_cluster.nodes) - 1
+        streams = await js.streams_info()  # every stream and KV bucket, the notifier's too
+        if len(streams) < len(stream_configs()) + 1:
+            return False
+        clusters = [info.cluster for info in streams]
+        clusters += [(await js.consumer_info("JOBS", d)).cluster for d in ("persister", "notifier")]
+        for cluster in clusters:
+            if cluster is None or not cluster.leader:
+                return False
+            replicas = cluster.replicas or []
+            if len(replicas) != others or not all(p.current and not p.offline for p in replicas):
+                return False
+        return True
+
+    async def kill_nats_leader(self) -> None:
+        """kill -9 the node leading the JOBS stream while the watchers publish and both consumers
+        consume; the two others elect a new leader and go on. Then the node starts again on its
+        store (a crashed pod restarted) and catches up."""
+        cluster = self.system.nats_cluster
+        assert cluster is not None
+        await self.stream_grows(20, 30, "events before the node kill")
+        leaders = await self.jobs_leaders()
+        victim = leaders["JOBS"]
+        assert victim is not None
+        await asyncio.to_thread(cluster.node(victim).kill)
+        killed = time.monotonic()
+        self.log(f"fault: kill -9 NATS node {victim}, the JOBS stream leader (leaders: {leaders})")
+
+        async def new_leader() -> bool:
+            leader = (await self.jobs_leaders())["JOBS"]
+            return leader is not None and leader != victim
+
+        if await self.wait(new_leader, timeout=30, what="a new JOBS leader"):
+            self.log(f"  new JOBS leader after {time.monotonic() - killed:.1f}s: {await self.jobs_leaders()}")
+        if await self.stream_grows(20, 30, "events on two nodes"):
+            self.log(f"  the stream grows again ({time.monotonic() - killed:.1f}s after the kill)")
+        await self.wait_streaming(killed, "after the node kill")
+        for proc in self.system.services():
+            await self.wait_ready(proc, timeout=30)
+        await asyncio.to_thread(cluster.node(victim).start)
+        back = time.monotonic()
+        self.log(f"  {victim} started again on its store")
+        if await self.wait(self.nats_current, timeout=60, what=f"{victim} rejoined, every replica current"):
+            self.log(f"  {victim} rejoined, every replica current after {time.monotonic() - back:.1f}s")
+
+    async def roll_nats(self) -> None:
+        """A rolling restart of the cluster, as an upgrade does it: each node in turn gets
+        SIGTERM, starts again on its store, and the next goes only once every stream and
+        consumer has all three replicas current again."""
+        cluster = self.system.nats_cluster
+        assert cluster is not None
+        for node in cluster.nodes:
+            await self.stream_grows(20, 30, f"events before restarting {node.server_name}")
+            stopping = time.monotonic()
+            await asyncio.to_thread(node.stop, 30.0)
+            stopped = time.monotonic()
+            await asyncio.to_thread(node.start)
+            self.log(f"fault: NATS node {node.server_name} SIGTERM (stopped in {stopped - stopping:.1f}s), "
+                     "started again")  # fmt: skip
+            if await self.wait(self.nats_current, timeout=60, what=f"{node.server_name} current again"):
+                took = time.monotonic() - stopping
+                self.log(f"  {node.server_name} rejoined, every replica current after {took:.1f}s; "
+                         f"leaders {await self.jobs_leaders()}")  # fmt: skip
+        await self.wait_streaming(time.monotonic(), "after the rolling restart of NATS")
+        for proc in self.system.services():
+            await self.wait_ready(proc, timeout=30)
+
+    async def roll_services(self) -> None:
+        """A rolling restart of every service, as a rollout does it: one process at a time gets
+        SIGTERM (its graceful stop), starts again with the same identity, and the next goes once
+        it is ready (a watcher: once every cluster is owned and streaming again)."""
+        s = self.system
+        services = [s.registry, *s.live_watchers, s.persister, s.notifier]
+        for proc in services:
+            assert proc is not None
+            await self.stream_grows(15, 30, f"events before restarting {proc.name}")
+            stopping = time.monotonic()
+            await proc.terminate(grace=20)
+            exit_code = proc.process.returncode if proc.process is not None else None
+            stopped = time.monotonic()
+            proc.start()
+            self.log(f"fault: {proc.name} SIGTERM (exit {exit_code} after {stopped - stopping:.1f}s), "
+                     "started again")  # fmt: skip
+            if proc.name in s.watchers:
+                await self.wait_streaming(stopped, f"after restarting {proc.name}")
+            if await self.wait_ready(proc):
+                self.log(f"  {proc.name} ready {time.monotonic() - stopped:.1f}s after its start")
 
     async def restart_redis(self, *, keep_data: bool) -> None:
         s = self.system
@@ -467,7 +619,7 @@ class Chaos:
         """Change the JOBS stream's de-dup window in place (the server forgets older ids)."""
         assert self.nc is not None
         js = self.nc.jetstream()
-        jobs = stream_configs(StreamSettings(jobs_duplicate_window_seconds=seconds))[0]
+        jobs = stream_configs(self.stream_settings(seconds))[0]
         await js.update_stream(config=jobs)
 
     async def remove_and_readd(self, *, after_window: bool) -> None:
@@ -524,6 +676,14 @@ class Chaos:
     def schedule(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         if not self.mode.faults:
             return [("load", self.load)]
+        steps = self.fault_steps()
+        if self.nats_cluster:  # one node at a time instead of the whole of NATS at once
+            at = next(i for i, (name, _) in enumerate(steps) if name == "restart NATS")
+            steps[at : at + 1] = [(KILL_NATS_LEADER, self.kill_nats_leader), (ROLL_NATS, self.roll_nats)]
+            steps.append((ROLL_SERVICES, self.roll_services))
+        return [step for step in steps if not self.mode.only or step[0] in self.mode.only]
+
+    def fault_steps(self) -> list[tuple[str, Callable[[], Awaitable[None]]]]:
         return [
             ("kill -9 watchers", self.kill_watchers),
             ("burst, kill -9 notifier and persister", self.burst_and_kill_consumers),
@@ -555,6 +715,7 @@ class Chaos:
     # -- the run ------------------------------------------------------------------------------
     async def run(self) -> Report:
         await self.start()
+        await self.start_services()
         await self.kubesim("/scenarios/start", {})
         self.log("scenarios running")
         await self.stream_grows(30, 60, "warm-up events")
@@ -741,6 +902,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--run-dir", type=Path, default=None, help="logs and data (default .artifacts/chaos/...)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the run dir even when the run passes")
+    parser.add_argument(
+        "--nats-cluster",
+        action="store_true",
+        help="NATS as a three-node JetStream cluster (streams R3): its nodes killed and rolled "
+        "instead of one server restarted, and every service restarted in turn (the ha mode's faults)",
+    )
     return parser.parse_args(argv)
 
 
@@ -750,7 +917,7 @@ async def amain(args: argparse.Namespace) -> int:
     run_dir = args.run_dir or ROOT / ".artifacts" / "chaos" / f"{mode.name}-{seed}-{time.strftime('%H%M%S')}"
     run_dir.mkdir(parents=True, exist_ok=True)
     print(f"chaos seed: {seed}", flush=True)
-    chaos = Chaos(mode, seed, run_dir)
+    chaos = Chaos(mode, seed, run_dir, nats_cluster=args.nats_cluster)
     main_task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):  # Ctrl-C: cancel the run, then clean up below

@@ -31,7 +31,7 @@ import httpx
 from cryptography.fernet import Fernet
 from prometheus_client.parser import text_string_to_metric_families
 
-from trainwatch_common.testing.servers import NatsServer, PostgresServer, RedisServer, free_port
+from trainwatch_common.testing.servers import NatsCluster, NatsServer, PostgresServer, RedisServer, free_port
 from trainwatch_notifier.sink import FeishuSink
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,7 +139,9 @@ class Proc:
 class System:
     """Everything the run starts, with the knobs of its mode."""
 
-    def __init__(self, run_dir: Path, *, clusters: int, seed: int, settings: dict[str, str]) -> None:
+    def __init__(
+        self, run_dir: Path, *, clusters: int, seed: int, settings: dict[str, str], nats_cluster: bool = False
+    ) -> None:
         self.run_dir = run_dir
         self.log_dir = run_dir / "logs"
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -148,7 +150,14 @@ class System:
         self.settings = settings  # mode-specific TRAINWATCH_* values
         (run_dir / "nats").mkdir(exist_ok=True)
         (run_dir / "redis").mkdir(exist_ok=True)
-        self.nats = NatsServer(workdir=run_dir / "nats")
+        # One nats-server, or (``nats_cluster``) three forming one JetStream cluster, every stream
+        # with three replicas and every service given all three URLs, as the shipped deploy runs.
+        self.nats: NatsServer | None = None
+        self.nats_cluster: NatsCluster | None = None
+        if nats_cluster:
+            self.nats_cluster = NatsCluster(run_dir / "nats")
+        else:
+            self.nats = NatsServer(workdir=run_dir / "nats")
         self.redis = RedisServer(workdir=run_dir / "redis")
         self.postgres = PostgresServer()  # its own dir under /tmp: as root it runs as 'postgres'
         self.admin_token = secrets.token_urlsafe(18)
@@ -169,9 +178,24 @@ class System:
         return f"bot-{cluster_id}"
 
     # -- servers --------------------------------------------------------------------------
+    @property
+    def nats_urls(self) -> list[str]:
+        if self.nats_cluster is not None:
+            return [node.url for node in self.nats_cluster.nodes]
+        assert self.nats is not None
+        return [self.nats.url]
+
+    @property
+    def stream_replicas(self) -> int:
+        return len(self.nats_urls)
+
     def start_servers(self) -> None:
         """Blocking (a server's start waits for its ready line): call it from a thread."""
-        self.nats.start()
+        if self.nats_cluster is not None:
+            self.nats_cluster.start()
+        else:
+            assert self.nats is not None
+            self.nats.start()
         self.redis.start()
         self.postgres.start()
         self.database_url = self.postgres.create_database("chaos")
@@ -179,7 +203,8 @@ class System:
     def common_env(self) -> dict[str, str]:
         return {
             **base_env(),
-            "TRAINWATCH_NATS_URL": self.nats.url,
+            "TRAINWATCH_NATS_URL": ",".join(self.nats_urls),
+            "TRAINWATCH_STREAM_REPLICAS": str(self.stream_replicas),
             "TRAINWATCH_REDIS_URL": self.redis.url,
             "TRAINWATCH_ADMIN_TOKENS": self.admin_token,
             "TRAINWATCH_VIEWER_TOKENS": self.admin_token,
@@ -294,7 +319,10 @@ class System:
         await asyncio.to_thread(self.stop_servers)
 
     def stop_servers(self) -> None:
-        for server in (self.postgres, self.redis, self.nats):
+        nats_servers = self.nats_cluster.nodes if self.nats_cluster is not None else [self.nats]
+        for server in (self.postgres, self.redis, *nats_servers):
+            if server is None:
+                continue
             with contextlib.suppress(Exception):
                 if server is self.postgres:
                     server.kill()  # a smart shutdown would wait for the persister's sessions
@@ -305,7 +333,7 @@ class System:
 
     def describe(self) -> dict[str, Any]:
         return {
-            "nats": self.nats.url,
+            "nats": ",".join(self.nats_urls),
             "redis": self.redis.url,
             "postgres": self.database_url,
             "sink": f"http://127.0.0.1:{self.sink_port}",

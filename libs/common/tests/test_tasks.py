@@ -123,12 +123,21 @@ async def test_stop_gives_up_on_a_task_that_ignores_cancellation(caplog: pytest.
     tasks = ServiceTasks(stop_timeout=0.2)
     task = tasks.start("unit-stubborn", stubborn)
     await eventually(started.is_set, message="started")
-    with caplog.at_level(logging.ERROR, logger="trainwatch_common.tasks"):
-        await asyncio.wait_for(tasks.stop(), timeout=10)
-    assert cancelled.is_set()
-    assert not task.done(), "stop() returned before its timeout was up"
-    assert any("did not stop in time" in r.getMessage() for r in caplog.records)
-    release.set()
+    try:
+        with caplog.at_level(logging.ERROR, logger="trainwatch_common.tasks"):
+            await asyncio.wait_for(tasks.stop(), timeout=10)
+        assert cancelled.is_set()
+        assert not task.done(), "stop() returned before its timeout was up"
+        [record] = [r for r in caplog.records if "did not stop in time" in r.getMessage()]
+        # Where it is stuck, down to what it awaits: the line that swallows the cancellation.
+        where = record.waiting_in
+        assert where[0].endswith(" _supervise"), where  # ServiceTasks' wrapper, then the task's own
+        assert where[1].endswith(" stubborn"), where
+        assert "test_tasks.py:" in where[1], where
+        assert where[2].endswith(" wait"), where  # release.wait(), awaiting a future
+        assert where[-1] == "FutureIter", where
+    finally:
+        release.set()
     await asyncio.wait({task}, timeout=10)
     assert task.cancelled()  # the swallowed cancellation still ends it, not a restart
     assert tasks.crashes("unit-stubborn") == 0

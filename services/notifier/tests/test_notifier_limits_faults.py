@@ -8,6 +8,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
+import nats
 import orjson
 import pytest
 from nats.js import JetStreamContext
@@ -171,3 +172,36 @@ async def test_a_refusal_counts_the_other_notifiers_recorded_sends_once(js: JetS
     await mine.spent(bucket.take())
     assert await other.seed(TokenBucket([(2, 60.0)], clock=lambda: now[0]))  # b's key has only b's send
     assert orjson.loads((await kv.get("bot.b")).value or b"") == [pytest.approx(time.time(), abs=5)]
+
+
+async def test_a_seed_cut_short_by_its_timeout_leaves_no_subscription_to_hang_shutdown(nats_url: str) -> None:
+    """A seed whose timeout fires while it lists the bucket's keys (NATS slow: a node killed, a
+    leader being elected) must leave nothing subscribed behind. nats-py's ``kv.keys()`` opens a
+    watcher it never stops when cancelled; such a watcher's callback then waits on a set-up that
+    never completes, and ``drain()`` at SIGTERM waited for it until its own 30 s timeout (the
+    chaos ha run: the notifier killed after 20 s of a rolling restart's grace)."""
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        kv = await ensure_bucket(js, NOTIFIER_SENDS_BUCKET)
+        for process in range(300):  # enough keys that listing them outlasts the timeout below
+            await kv.put(f"bot.p{process}", b"[]")
+        now = [1000.0]
+        baseline = len(nc._subs)
+        for attempt in range(20):
+            windows = SendWindows(
+                kv,
+                "bot",
+                process="me",
+                longest_seconds=60.0,
+                clock=lambda: now[0],
+                timeout_seconds=0.001 * attempt,
+            )
+            await windows.seed(TokenBucket([(2, 60.0)], clock=lambda: now[0]))
+        assert len(nc._subs) == baseline  # nothing left subscribed (private, but it is what drain waits on)
+        began = time.monotonic()
+        await asyncio.wait_for(nc.drain(), timeout=10)
+        assert time.monotonic() - began < 5
+    finally:
+        if not nc.is_closed:
+            await nc.close()

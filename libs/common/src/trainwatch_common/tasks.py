@@ -44,6 +44,22 @@ def report_exit(name: str, error: BaseException | None, *, consequence: str) -> 
         log.error("task crashed; %s", consequence, extra={"task": name, "error": repr(error)}, exc_info=error)
 
 
+def awaiting(task: asyncio.Task[Any]) -> list[str]:
+    """Where a suspended task waits: each coroutine of its await chain as "file:line function",
+    outermost first, then what the innermost awaits (a future, a task). ``Task.get_stack()`` gives
+    only the outermost frame of a coroutine, which does not say what a stuck task waits on."""
+    where: list[str] = []
+    awaitable: Any = task.get_coro()
+    while awaitable is not None and len(where) < 40:
+        frame = getattr(awaitable, "cr_frame", None) or getattr(awaitable, "gi_frame", None)
+        if frame is None:
+            where.append(type(awaitable).__name__)  # a Future, a Task, a C-level awaitable
+            break
+        where.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_name}")
+        awaitable = getattr(awaitable, "cr_await", None) or getattr(awaitable, "gi_yieldfrom", None)
+    return where
+
+
 async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None, quiet: bool = False) -> bool:
     """Cancel ``task`` and wait until it finished, at most ``timeout`` seconds (None: as long as it
     takes). False if it did not finish in time: it is left behind, and the log says so (unless
@@ -54,7 +70,8 @@ async def cancel_and_wait(task: asyncio.Task[Any], *, timeout: float | None, qui
     if not done:
         if not quiet:
             log.error(
-                "task did not stop in time; left behind", extra={"task": task.get_name(), "timeout": timeout}
+                "task did not stop in time; left behind",
+                extra={"task": task.get_name(), "timeout": timeout, "waiting_in": awaiting(task)},
             )
         return False
     if not task.cancelled() and (error := task.exception()) is not None:

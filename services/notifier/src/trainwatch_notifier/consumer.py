@@ -186,8 +186,14 @@ class JobConsumer:
         durable = NOTIFIER_CONSUMER.config.durable_name
         assert durable
         subscription = await self._js.pull_subscribe_bind(durable, stream=NOTIFIER_CONSUMER.stream)
+        this = asyncio.current_task()
         try:
             while True:
+                # nats-py's fetch waits with asyncio.wait_for, which on Python 3.11 swallows a
+                # cancellation arriving as a message does: the fetch returns, the task is still
+                # marked cancelling, and the loop fetched on until SIGTERM's grace ran out.
+                if this is not None and this.cancelling():
+                    raise asyncio.CancelledError
                 await self._room.wait()
                 batch = min(self._fetch_batch, self._max_in_flight - len(self.pending))
                 try:

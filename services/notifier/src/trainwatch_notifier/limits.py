@@ -308,17 +308,13 @@ class SendWindows:
         """Add the sends the other keys of this bot hold to ``bucket``; False if NATS did not answer."""
         try:
             async with asyncio.timeout(self._timeout):
-                try:
-                    # nats-py filters keys by substring (and reads all of them: a small bucket)
-                    keys = await self._kv.keys(filters=[f"{self._prefix}."])
-                except nats.js.errors.NoKeysError:
-                    return True
+                keys = await self._bot_keys()
                 since = self._wall() - self._longest
                 found: list[tuple[str, float]] = []
                 for key in keys:
                     if key == self._key:
                         continue
-                    with contextlib.suppress(nats.js.errors.KeyNotFoundError):
+                    with contextlib.suppress(nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
                         entry = await self._kv.get(key)
                         found += [(key, t) for t in orjson.loads(entry.value or b"[]") if t > since]
         except (nats.errors.Error, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
@@ -332,6 +328,16 @@ class SendWindows:
         if found:
             log.info("counting recent sends of other notifiers", extra={"sends": len(found)})
         return True
+
+    async def _bot_keys(self) -> list[str]:
+        """This bot's keys, from the subjects of the bucket's stream: one request, nothing left
+        subscribed if the timeout cuts it short. (nats-py's ``kv.keys()`` opens a watcher that it
+        never stops when cancelled or failing mid-way; the leaked watcher's callback then waits on
+        a set-up that never completes, and ``drain()`` at SIGTERM waited on it for 30 s.)"""
+        kv = self._kv
+        pre = kv._pre  # "$KV.<bucket>."; KeyValue has no public handle on its stream
+        info = await kv._js.stream_info(kv._stream, subjects_filter=f"{pre}{self._prefix}.>")
+        return [subject.removeprefix(pre) for subject in info.state.subjects or {}]
 
     async def spent(self, local_time: float | None) -> None:
         if local_time is not None:
