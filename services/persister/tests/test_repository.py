@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, JobResources
-from trainwatch_persister import repository, retention
+from trainwatch_persister import queries, repository, retention
+from trainwatch_persister.filters import JobFilters
 from trainwatch_persister.tables import job_counts, job_transitions, jobs
 
 
@@ -170,6 +171,7 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
                     uid=uid, cluster=f"c{int(uid[1:]) % 3}", sequence=sequence, epoch=rng.randrange(1, 3),
                     phase=rng.choice(phases), change="deleted" if rng.random() < 0.05 else None,
                     observed_at=BASE_TIME + timedelta(days=rng.randrange(60)),
+                    terminal=rng.random() < 0.5,  # the event's own flag, whatever the phase
                 )
             )  # fmt: skip
         await write(engine, *batch)
@@ -178,21 +180,57 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
     assert await totals(engine) == await counted(engine)
 
 
-async def totals(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+async def test_terminal_counts_follow_phase_changes_to_and_from_terminal_and_deletion(
+    engine: AsyncEngine,
+) -> None:
+    """The list's `total` for terminal=true/false (read from job_counts) against counting the rows."""
+    done = JobFilters(terminal=True)
+    active = JobFilters(terminal=False)
+    active_running = JobFilters(terminal=False, phases=("Running",))
+    live_active = JobFilters(terminal=False, deleted=False)
+
+    async def check(expected: dict[JobFilters, int]) -> None:
+        async with engine.connect() as conn:
+            for filters, n in expected.items():
+                assert await queries.count(conn, filters) == n, filters
+                exact = (
+                    sa.select(sa.func.count())
+                    .select_from(jobs)
+                    .where(*queries.conditions(filters, conn.dialect.name))
+                )
+                assert (await conn.execute(exact)).scalar_one() == n, filters
+        assert await totals(engine) == await counted(engine)
+
+    await write(engine, make_event(uid="a", phase=Phase.RUNNING), make_event(uid="b", phase=Phase.RUNNING))
+    await check({done: 0, active: 2, active_running: 2, live_active: 2})
+    await write(engine, make_event(uid="a", sequence=1, phase=Phase.SUCCEEDED))  # to terminal
+    await check({done: 1, active: 1, active_running: 1, live_active: 1})
+    # Back from terminal (a restarted job), and a flag that changes with the phase unchanged.
+    await write(engine, make_event(uid="a", sequence=2, phase=Phase.RUNNING))
+    await write(engine, make_event(uid="b", sequence=1, phase=Phase.RUNNING, terminal=True))
+    await check({done: 1, active: 1, active_running: 1, live_active: 1})
+    await write(engine, make_event(uid="a", sequence=3, phase=Phase.RUNNING, change="deleted"))
+    await check({done: 1, active: 1, active_running: 1, live_active: 0})
+    async with engine.begin() as conn:  # a prune removes rows: the delete trigger
+        await conn.execute(sa.delete(jobs).where(jobs.c.uid == "a"))
+    await check({done: 1, active: 0, active_running: 0, live_active: 0})
+
+
+async def totals(engine: AsyncEngine) -> dict[tuple[str, str, bool, bool], int]:
     async with engine.connect() as conn:
         rows = await conn.execute(sa.select(job_counts).where(job_counts.c.jobs != 0))
-        return {(r.cluster_id, r.phase, bool(r.deleted)): r.jobs for r in rows}
+        return {(r.cluster_id, r.phase, bool(r.terminal), bool(r.deleted)): r.jobs for r in rows}
 
 
-async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool, bool], int]:
     deleted = jobs.c.deleted_at.is_not(None)
     async with engine.connect() as conn:
         rows = await conn.execute(
-            sa.select(jobs.c.cluster_id, jobs.c.phase, deleted, sa.func.count()).group_by(
-                jobs.c.cluster_id, jobs.c.phase, deleted
+            sa.select(jobs.c.cluster_id, jobs.c.phase, jobs.c.terminal, deleted, sa.func.count()).group_by(
+                jobs.c.cluster_id, jobs.c.phase, jobs.c.terminal, deleted
             )
         )
-        return {(c, p, bool(d)): n for c, p, d, n in rows}
+        return {(c, p, bool(t), bool(d)): n for c, p, t, d, n in rows}
 
 
 async def transitions_of(engine: AsyncEngine, uid: str = "uid-1") -> list[dict[str, Any]]:
