@@ -158,3 +158,38 @@ async def test_out_of_order_and_stale_epoch_events_over_the_bus(database_url: st
             assert (row["phase"], row["sequence"], row["epoch"]) == ("Succeeded", 4, 5)
             assert row["deleted_at"] is not None
             assert await counts(app.state.engine) == (6, 1)  # every distinct event kept in the history
+
+
+async def test_events_trickling_in_are_written_in_one_transaction_and_acked_after_its_commit(
+    database_url: str, nats_url: str
+) -> None:
+    """A small fetch waits (batch_coalesce_ms) for more: the three events first delivered stay
+    unacked and unwritten until the two that follow complete the batch, which is one transaction."""
+    first, rest = lifecycle("u0")[:3], lifecycle("u0")[3:]
+    coalescing = {"batch_size": 5, "batch_coalesce_ms": 30_000}
+    async with (
+        jetstream(nats_url) as js,
+        running_persister(database_url=database_url, nats_url=nats_url, **coalescing) as app,
+    ):
+        for event in first:
+            await publish(js, event)
+
+        async def delivered_unacked(n: int) -> bool:
+            info = await js.consumer_info(
+                PERSISTER_CONSUMER.stream, PERSISTER_CONSUMER.config.durable_name or ""
+            )
+            return info.num_ack_pending == n and info.num_pending == 0 and info.ack_floor.stream_seq == 0
+
+        await eventually(lambda: delivered_unacked(3), timeout=20, message="the first three delivered")
+        engine: AsyncEngine = app.state.engine
+        assert await counts(engine) == (0, 0)  # held, not written: nothing acked either (checked above)
+        assert app.state.consumer.batches_written == 0
+        for event in rest:
+            await publish(js, event)
+        await eventually(lambda: fully_acked(js), timeout=20, message="every message acked")
+        assert await counts(engine) == (5, 1)
+        assert await final_phases(engine) == {("Succeeded", 4)}
+        assert app.state.consumer.batches_written == 1
+        async with engine.connect() as conn:
+            sequences = (await conn.execute(sa.select(job_transitions.c.sequence))).scalars()
+            assert sorted(sequences) == [0, 1, 2, 3, 4]

@@ -102,6 +102,7 @@ class JobEventConsumer:
                     await asyncio.sleep(backoff.next_delay())
                     continue
                 backoff.reset()
+                messages = await self._top_up(subscription, messages)
                 try:
                     await self.handle(messages)
                 except Exception as exc:  # e.g. NATS gone while dead-lettering or acking: redelivery follows
@@ -115,6 +116,34 @@ class JobEventConsumer:
                 await subscription.unsubscribe()
             except Exception as exc:  # the connection may already be closed at shutdown
                 log.debug("unsubscribe failed", extra={"error": repr(exc)})
+
+    async def _top_up(
+        self, subscription: JetStreamContext.PullSubscription, messages: list[Msg]
+    ) -> list[Msg]:
+        """A small fetch waits up to ``batch_coalesce_ms`` for more, so that one transaction holds them.
+
+        Events arrive a few at a time (each watch delivers its own): written as they come, every
+        few events would pay for a transaction, two statements and their round trips (issue 21:
+        1.2 ms of CPU per event). Nothing is acked before the whole batch is committed, and the
+        messages stay in delivery order, so this changes neither exactly-once nor ordering.
+        """
+        wait = self._settings.batch_coalesce_ms / 1000
+        deadline = time.monotonic() + wait
+        while len(messages) < self._settings.batch_size:
+            remaining = deadline - time.monotonic()
+            if remaining < 0.005:  # below the round trip of a pull request: not worth one
+                break
+            try:
+                more = await subscription.fetch(
+                    batch=self._settings.batch_size - len(messages), timeout=remaining
+                )
+            except (nats.errors.TimeoutError, TimeoutError):
+                break  # nothing more arrived in time: write what we hold
+            except Exception as exc:  # NATS trouble: what we hold is written; the rest comes later
+                log.debug("top-up fetch failed", extra={"error": repr(exc)})
+                break
+            messages = [*messages, *more]
+        return messages
 
     async def handle(self, messages: Sequence[Msg]) -> None:
         """Write one fetched batch and ack it; returns only when every message is settled."""
