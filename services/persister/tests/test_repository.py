@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, JobResources
-from trainwatch_persister import queries, repository, retention
+from trainwatch_persister import batching, queries, repository, retention
 from trainwatch_persister.filters import JobFilters
 from trainwatch_persister.tables import job_counts, job_transitions, jobs
 
@@ -342,3 +342,31 @@ async def test_a_diagnosis_update_moves_the_diagnosis_not_the_phase(engine: Asyn
     await write(engine, make_event(sequence=7, phase=Phase.FAILED, previous_phase=Phase.RUNNING))
     row = await job(engine)
     assert (row["phase"], row["previous_phase"], row["last_change"]) == ("Failed", "Running", "transition")
+
+
+async def test_stored_rows_hold_exactly_what_the_event_says(engine: AsyncEngine) -> None:
+    """Every column of both tables, JSON documents included, whatever path the dialect writes by
+    (PostgreSQL: column arrays with the event as JSON text; SQLite: rows of Python values)."""
+    from trainwatch_common import ReplicaCounts
+
+    event = make_event(
+        uid="full", sequence=3, phase=Phase.FAILED, change="transition", labels={"team": "a", "tier": "gpu"},
+        owner="ada", previous_phase=Phase.RUNNING, reason="BackoffLimitExceeded", message="3 restarts",
+        replicas={"worker": ReplicaCounts(active=0, failed=2)}, restart_count=3,
+        started_at=BASE_TIME + timedelta(minutes=1), finished_at=BASE_TIME + timedelta(minutes=3),
+        diagnosis=oom_diagnosis(), resources=JobResources(gpus=8, gpu_product="H100", cpu=16.5),
+        queue_wait_seconds=60.0, run_seconds=120.0,
+    )  # fmt: skip
+    plain = make_event(uid="plain", sequence=0)
+    await write(engine, event, plain)
+    async with engine.connect() as conn:
+        stored = {r.event_id: dict(r._mapping) for r in await conn.execute(sa.select(job_transitions))}
+    expected = batching.transition_rows([event, plain])
+    assert {row["event_id"] for row in expected} == set(stored)
+    for row in expected:
+        assert stored[row["event_id"]] == row
+    assert stored[event.event_id]["event"] == event.model_dump(mode="json")
+    current = await job(engine, uid="full")
+    assert current == batching.job_row(event)
+    assert current["diagnosis"] == oom_diagnosis().model_dump(mode="json", exclude_none=True)
+    assert (await job(engine, uid="plain"))["diagnosis"] is None  # SQL NULL, not JSON null

@@ -203,7 +203,7 @@ class JobEventConsumer:
             self.database_ok = True
             metrics.DATABASE_UP.set(1)
             metrics.TRANSITIONS_INSERTED.inc(result.new_transitions)
-            metrics.DUPLICATES.inc(len(batching.transition_rows(events)) - result.new_transitions)
+            metrics.DUPLICATES.inc(result.distinct_events - result.new_transitions)
             metrics.JOBS_CHANGED.inc(result.jobs_changed)
             return
 

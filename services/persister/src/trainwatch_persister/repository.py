@@ -47,6 +47,7 @@ class WriteResult:
     events: int
     new_transitions: int
     jobs_changed: int
+    distinct_events: int = 0  # the batch's distinct event ids: new_transitions + duplicates
 
 
 def _insert(dialect: str, table: sa.Table) -> Any:
@@ -61,7 +62,7 @@ async def write_events(conn: AsyncConnection, events: Sequence[JobStatusEvent]) 
     """Write a batch inside the caller's transaction; idempotent, so safe to repeat after a failure."""
     dialect = conn.dialect.name
     statements = _statements(dialect)
-    transitions = batching.transition_rows(events)
+    transitions = batching.transition_rows(events, event_as_text=dialect == "postgresql")
     new_transitions = 0
     if transitions:
         returned = await conn.execute(
@@ -74,7 +75,12 @@ async def write_events(conn: AsyncConnection, events: Sequence[JobStatusEvent]) 
     if job_rows:
         returned = await conn.execute(statements.jobs, _parameters(dialect, jobs, job_rows))
         jobs_changed = len(returned.all())
-    return WriteResult(events=len(events), new_transitions=new_transitions, jobs_changed=jobs_changed)
+    return WriteResult(
+        events=len(events),
+        new_transitions=new_transitions,
+        jobs_changed=jobs_changed,
+        distinct_events=len(transitions),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,14 +127,23 @@ def _unnest(table: sa.Table) -> sa.Select[Any]:
     return sa.select(*values)
 
 
+# Columns whose value batching already gives as JSON text on PostgreSQL (see transition_rows).
+_AS_TEXT = frozenset({("job_transitions", "event")})
+
+
+@functools.cache
+def _column_kinds(table: sa.Table) -> tuple[tuple[str, bool], ...]:
+    """(name, serialize as JSON here) per column, in the order of the statement's arrays."""
+    return tuple((c.name, _is_json(c) and (table.name, c.name) not in _AS_TEXT) for c in table.columns)
+
+
 def _parameters(dialect: str, table: sa.Table, rows: list[dict[str, Any]]) -> Any:
     """The rows as the dialect's statement takes them: a list of rows, or one array per column."""
     if dialect != "postgresql":
         return rows
     arrays: dict[str, list[Any]] = {}
-    for column in table.columns:
-        name = column.name
-        if _is_json(column):
+    for name, json in _column_kinds(table):
+        if json:
             # NULL stays SQL NULL (the nullable diagnosis); everything else is its JSON text.
             arrays[name] = [None if row[name] is None else _json_text(row[name]) for row in rows]
         else:
