@@ -172,6 +172,7 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
                     phase=rng.choice(phases), change="deleted" if rng.random() < 0.05 else None,
                     observed_at=BASE_TIME + timedelta(days=rng.randrange(60)),
                     terminal=rng.random() < 0.5,  # the event's own flag, whatever the phase
+                    kind_key=("pytorchjob", "mpijob", "job")[int(uid[1:]) % 3],
                 )
             )  # fmt: skip
         await write(engine, *batch)
@@ -180,7 +181,7 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
     assert await totals(engine) == await counted(engine)
 
 
-async def test_terminal_counts_follow_phase_changes_to_and_from_terminal_and_deletion(
+async def test_kind_and_terminal_counts_follow_phase_changes_to_and_from_terminal_and_deletion(
     engine: AsyncEngine,
 ) -> None:
     """The list's `total` for terminal=true/false (read from job_counts) against counting the rows."""
@@ -188,6 +189,7 @@ async def test_terminal_counts_follow_phase_changes_to_and_from_terminal_and_del
     active = JobFilters(terminal=False)
     active_running = JobFilters(terminal=False, phases=("Running",))
     live_active = JobFilters(terminal=False, deleted=False)
+    active_mpi = JobFilters(kinds=("mpijob",), terminal=False, deleted=False)
 
     async def check(expected: dict[JobFilters, int]) -> None:
         async with engine.connect() as conn:
@@ -201,36 +203,36 @@ async def test_terminal_counts_follow_phase_changes_to_and_from_terminal_and_del
                 assert (await conn.execute(exact)).scalar_one() == n, filters
         assert await totals(engine) == await counted(engine)
 
-    await write(engine, make_event(uid="a", phase=Phase.RUNNING), make_event(uid="b", phase=Phase.RUNNING))
-    await check({done: 0, active: 2, active_running: 2, live_active: 2})
+    mpi = {"kind_key": "mpijob"}
+    await write(
+        engine, make_event(uid="a", phase=Phase.RUNNING), make_event(uid="b", phase=Phase.RUNNING, **mpi)
+    )
+    await check({done: 0, active: 2, active_running: 2, live_active: 2, active_mpi: 1})
     await write(engine, make_event(uid="a", sequence=1, phase=Phase.SUCCEEDED))  # to terminal
-    await check({done: 1, active: 1, active_running: 1, live_active: 1})
+    await check({done: 1, active: 1, active_running: 1, live_active: 1, active_mpi: 1})
     # Back from terminal (a restarted job), and a flag that changes with the phase unchanged.
     await write(engine, make_event(uid="a", sequence=2, phase=Phase.RUNNING))
-    await write(engine, make_event(uid="b", sequence=1, phase=Phase.RUNNING, terminal=True))
-    await check({done: 1, active: 1, active_running: 1, live_active: 1})
+    await write(engine, make_event(uid="b", sequence=1, phase=Phase.RUNNING, terminal=True, **mpi))
+    await check({done: 1, active: 1, active_running: 1, live_active: 1, active_mpi: 0})
     await write(engine, make_event(uid="a", sequence=3, phase=Phase.RUNNING, change="deleted"))
-    await check({done: 1, active: 1, active_running: 1, live_active: 0})
+    await check({done: 1, active: 1, active_running: 1, live_active: 0, active_mpi: 0})
     async with engine.begin() as conn:  # a prune removes rows: the delete trigger
         await conn.execute(sa.delete(jobs).where(jobs.c.uid == "a"))
-    await check({done: 1, active: 0, active_running: 0, live_active: 0})
+    await check({done: 1, active: 0, active_running: 0, live_active: 0, active_mpi: 0})
 
 
-async def totals(engine: AsyncEngine) -> dict[tuple[str, str, bool, bool], int]:
+async def totals(engine: AsyncEngine) -> dict[tuple[str, str, str, bool, bool], int]:
     async with engine.connect() as conn:
         rows = await conn.execute(sa.select(job_counts).where(job_counts.c.jobs != 0))
-        return {(r.cluster_id, r.phase, bool(r.terminal), bool(r.deleted)): r.jobs for r in rows}
+        return {(r.cluster_id, r.phase, r.kind_key, bool(r.terminal), bool(r.deleted)): r.jobs for r in rows}
 
 
-async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool, bool], int]:
+async def counted(engine: AsyncEngine) -> dict[tuple[str, str, str, bool, bool], int]:
     deleted = jobs.c.deleted_at.is_not(None)
+    keys = (jobs.c.cluster_id, jobs.c.phase, jobs.c.kind_key, jobs.c.terminal, deleted)
     async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(jobs.c.cluster_id, jobs.c.phase, jobs.c.terminal, deleted, sa.func.count()).group_by(
-                jobs.c.cluster_id, jobs.c.phase, jobs.c.terminal, deleted
-            )
-        )
-        return {(c, p, bool(t), bool(d)): n for c, p, t, d, n in rows}
+        rows = await conn.execute(sa.select(*keys, sa.func.count()).group_by(*keys))
+        return {(c, p, k, bool(t), bool(d)): n for c, p, k, t, d, n in rows}
 
 
 async def transitions_of(engine: AsyncEngine, uid: str = "uid-1") -> list[dict[str, Any]]:

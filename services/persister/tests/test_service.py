@@ -88,9 +88,11 @@ def test_committed_openapi_document_is_current() -> None:
     )
 
 
-async def test_migration_0005_counts_the_jobs_of_an_existing_database_by_terminal(database_url: str) -> None:
+async def test_migration_0005_counts_the_jobs_of_an_existing_database_by_kind_and_terminal(
+    database_url: str,
+) -> None:
     """A database at 0004 with jobs (0002's counters) is upgraded: job_counts is recounted with the
-    terminal flag, the new triggers keep it, and a downgrade gives 0002's counters back."""
+    kind and the terminal flag, the new triggers keep it, and a downgrade gives 0002's counters back."""
     from alembic import command
 
     from trainwatch_common import Phase
@@ -112,24 +114,25 @@ async def test_migration_0005_counts_the_jobs_of_an_existing_database_by_termina
                 make_event(uid="done", phase=Phase.SUCCEEDED),
                 make_event(uid="flagged", phase=Phase.RUNNING, terminal=True),
                 make_event(uid="gone", sequence=1, phase=Phase.FAILED, change="deleted"),
-                make_event(uid="other", cluster="beta", phase=Phase.RUNNING),
+                make_event(uid="other", cluster="beta", phase=Phase.RUNNING, kind_key="mpijob"),
             ]
             await repository.write_events(conn, events)
         async with engine.begin() as conn:
             await conn.run_sync(to("head"))
             assert await current_revision(conn) == "0005"
         expected = {
-            ("alpha", "Running", False, False): 1,
-            ("alpha", "Succeeded", True, False): 1,
-            ("alpha", "Running", True, False): 1,
-            ("alpha", "Failed", True, True): 1,
-            ("beta", "Running", False, False): 1,
+            ("alpha", "Running", "pytorchjob", False, False): 1,
+            ("alpha", "Succeeded", "pytorchjob", True, False): 1,
+            ("alpha", "Running", "pytorchjob", True, False): 1,
+            ("alpha", "Failed", "pytorchjob", True, True): 1,
+            ("beta", "Running", "mpijob", False, False): 1,
         }
         assert await _counters(engine) == expected
         async with engine.begin() as conn:  # the new triggers: a move out of terminal is counted
             await repository.write_events(conn, [make_event(uid="done", sequence=1, phase=Phase.RUNNING)])
             assert await queries.count(conn, JobFilters(terminal=False)) == 3
             assert await queries.count(conn, JobFilters(terminal=True, deleted=False)) == 1
+            assert await queries.count(conn, JobFilters(kinds=("mpijob",), terminal=False)) == 1
             exact = sa.select(sa.func.count()).select_from(jobs).where(jobs.c.terminal.is_(False))
             assert (await conn.execute(exact)).scalar_one() == 3
         async with engine.begin() as conn:
@@ -145,9 +148,8 @@ async def test_migration_0005_counts_the_jobs_of_an_existing_database_by_termina
         await engine.dispose()
 
 
-async def _counters(engine: AsyncEngine) -> dict[tuple[str, str, bool, bool], int]:
+async def _counters(engine: AsyncEngine) -> dict[tuple[str, str, str, bool, bool], int]:
+    query = "SELECT cluster_id, phase, kind_key, terminal, deleted, jobs FROM job_counts"
     async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.text("SELECT cluster_id, phase, terminal, deleted, jobs FROM job_counts")
-        )
-        return {(c, p, bool(t), bool(d)): n for c, p, t, d, n in rows if n}
+        rows = await conn.execute(sa.text(query))
+        return {(c, p, k, bool(t), bool(d)): n for c, p, k, t, d, n in rows if n}

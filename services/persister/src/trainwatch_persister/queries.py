@@ -138,7 +138,7 @@ async def list_jobs(
     return Page(rows=rows[:limit], total=total, has_more=len(rows) > limit)
 
 
-_COUNTED_DIMENSIONS = frozenset({"clusters", "phases", "terminal", "deleted"})
+_COUNTED_DIMENSIONS = frozenset({"clusters", "kinds", "phases", "terminal", "deleted"})
 
 
 async def count(conn: AsyncConnection, filters: JobFilters) -> int:
@@ -156,6 +156,8 @@ async def _count(conn: AsyncConnection, filters: JobFilters, where: list[sa.Colu
     totals = sa.select(sa.func.coalesce(sa.func.sum(job_counts.c.jobs), 0))
     if filters.clusters:
         totals = totals.where(job_counts.c.cluster_id.in_(list(filters.clusters)))
+    if filters.kinds:
+        totals = totals.where(job_counts.c.kind_key.in_(list(filters.kinds)))
     if filters.phases:
         totals = totals.where(job_counts.c.phase.in_(list(filters.phases)))
     if filters.terminal is not None:
@@ -208,8 +210,7 @@ async def count_jobs(conn: AsyncConnection) -> Counts:
         .where(job_counts.c.jobs > 0)
         .order_by(job_counts.c.cluster_id, job_counts.c.phase)
     )
-    # A (cluster, phase) may have a terminal and a non-terminal counter (terminal is the event's
-    # own flag): they are summed here.
+    # A (cluster, phase) has a counter per kind and terminal flag (migration 0005): summed here.
     live: dict[tuple[str, str], int] = {}
     deleted = 0
     for cluster_id, phase, is_deleted, count in rows:
