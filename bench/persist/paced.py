@@ -34,7 +34,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import uuid
@@ -51,6 +50,7 @@ from nats.js.errors import NotFoundError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import baseline
 from run import BenchPostgres
 
 from trainwatch_common import (
@@ -69,7 +69,6 @@ from trainwatch_common.streams import JOBS_STREAM, PERSISTER_CONSUMER
 from trainwatch_common.testing import NatsServer, free_port
 
 HERE = Path(__file__).resolve().parent
-REPOSITORY = HERE.parents[1]
 RESULTS = HERE / "results-paced.json"
 TOKEN = "bench-viewer-token-0123456789"
 LIFECYCLE = [Phase.PENDING, Phase.RUNNING, Phase.RESTARTING, Phase.RUNNING, Phase.SUCCEEDED]
@@ -147,28 +146,6 @@ class Result:
     def latency(self, p: float) -> float:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
-
-
-def baseline_source(ref: str, into: Path) -> str:
-    """The persister package of ``ref``, extracted under ``into``; returns the PYTHONPATH entry."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPOSITORY), "archive", ref, "services/persister/src"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    path = into / "archive.tar"
-    path.write_bytes(archive.stdout)
-    with tarfile.open(path) as tar:
-        tar.extractall(into, filter="data")
-    return str(into / "services/persister/src")
-
-
-def rev(ref: str) -> str:
-    return subprocess.run(
-        ["git", "-C", str(REPOSITORY), "rev-parse", "--short", ref],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
 
 
 async def fresh_stream(js: JetStreamContext) -> None:
@@ -343,9 +320,9 @@ async def main(args: argparse.Namespace) -> int:
     log(f"load average {os.getloadavg()} on {os.cpu_count()} cpus (a shared machine)")
     with tempfile.TemporaryDirectory(prefix="paced-bench-") as scratch:
         variants = [
-            Variant("baseline", baseline_source(args.baseline_ref, Path(scratch)),
-                    f"{args.baseline_ref} ({rev(args.baseline_ref)})"),
-            Variant("tree", None, f"this tree ({rev('HEAD')}{'+' if _dirty() else ''})"),
+            Variant("baseline", baseline.persister_source(args.baseline_ref, Path(scratch)),
+                    f"{args.baseline_ref} ({baseline.short_rev(args.baseline_ref)})"),
+            Variant("tree", None, baseline.tree_label()),
         ]  # fmt: skip
         try:
             nats_server = NatsServer()
@@ -394,11 +371,6 @@ async def main(args: argparse.Namespace) -> int:
         finally:
             for server in reversed(servers):
                 server.close()
-
-
-def _dirty() -> bool:
-    return bool(subprocess.run(["git", "-C", str(REPOSITORY), "status", "--porcelain", "services"],
-                               capture_output=True, text=True).stdout.strip())  # fmt: skip
 
 
 def parse_args() -> argparse.Namespace:
