@@ -163,10 +163,11 @@ async def test_out_of_order_and_stale_epoch_events_over_the_bus(database_url: st
 async def test_events_trickling_in_are_written_in_one_transaction_and_acked_after_its_commit(
     database_url: str, nats_url: str
 ) -> None:
-    """A small fetch waits (batch_coalesce_ms) for more: the three events first delivered stay
-    unacked and unwritten until the two that follow complete the batch, which is one transaction."""
+    """A fetch that does not fill the batch waits (batch_coalesce_ms) for more: what it took stays
+    unacked and unwritten while the rest of the events arrive, and all five are one transaction."""
     first, rest = lifecycle("u0")[:3], lifecycle("u0")[3:]
-    coalescing = {"batch_size": 5, "batch_coalesce_ms": 30_000}
+    # Long enough for the test to see the first events held and publish the rest within it.
+    coalescing = {"batch_size": 5, "batch_coalesce_ms": 10_000}
     async with (
         jetstream(nats_url) as js,
         running_persister(database_url=database_url, nats_url=nats_url, **coalescing) as app,
@@ -174,19 +175,19 @@ async def test_events_trickling_in_are_written_in_one_transaction_and_acked_afte
         for event in first:
             await publish(js, event)
 
-        async def delivered_unacked(n: int) -> bool:
+        async def held() -> bool:
             info = await js.consumer_info(
                 PERSISTER_CONSUMER.stream, PERSISTER_CONSUMER.config.durable_name or ""
             )
-            return info.num_ack_pending == n and info.num_pending == 0 and info.ack_floor.stream_seq == 0
+            return info.num_ack_pending >= 1 and info.ack_floor.stream_seq == 0
 
-        await eventually(lambda: delivered_unacked(3), timeout=20, message="the first three delivered")
+        await eventually(held, timeout=20, message="the consumer holding delivered, unacked events")
         engine: AsyncEngine = app.state.engine
-        assert await counts(engine) == (0, 0)  # held, not written: nothing acked either (checked above)
+        assert await counts(engine) == (0, 0)  # held, not written: and nothing acked (held())
         assert app.state.consumer.batches_written == 0
         for event in rest:
             await publish(js, event)
-        await eventually(lambda: fully_acked(js), timeout=20, message="every message acked")
+        await eventually(lambda: fully_acked(js), timeout=30, message="every message acked")
         assert await counts(engine) == (5, 1)
         assert await final_phases(engine) == {("Succeeded", 4)}
         assert app.state.consumer.batches_written == 1
