@@ -28,6 +28,17 @@ def persister_source(ref: str, into: Path) -> str:
     return str(into / "services/persister/src")
 
 
+def fork_point(branch: str = "main") -> str:
+    """Where this tree left ``branch``: the code it changes. ``main`` itself may have moved on to
+    a trainwatch_common that this tree's lacks (only the persister source is swapped)."""
+    return subprocess.run(
+        ["git", "-C", str(REPOSITORY), "merge-base", "HEAD", branch],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()[:7]
+
+
 def short_rev(ref: str) -> str:
     return subprocess.run(
         ["git", "-C", str(REPOSITORY), "rev-parse", "--short", ref],

@@ -380,10 +380,14 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=500, help="events per second")
     parser.add_argument("--seconds", type=float, default=40, help="how long the stream lasts")
     parser.add_argument("--rounds", type=int, default=1, help="baseline, tree, baseline, tree...")
-    parser.add_argument("--baseline-ref", default="main", help="git ref of the baseline persister")
+    parser.add_argument(
+        "--baseline-ref", help="git ref of the baseline persister (default: the fork point from main)"
+    )
     parser.add_argument("--profile", type=Path, help="record py-spy (uvx) raw stacks per variant here")
     parser.add_argument("--env", action="append", default=[], help="NAME=VALUE for both persisters")
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.baseline_ref = args.baseline_ref or baseline.fork_point()
+    return args
 
 
 if __name__ == "__main__":

@@ -186,12 +186,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=500, help="batch size of the batched run")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per list scenario")
     parser.add_argument(
-        "--baseline-ref", default="main", help="git ref of the dashboard filters' baseline API"
+        "--baseline-ref",
+        help="git ref of the dashboard filters' baseline API (default: the fork point from main)",
     )
     parser.add_argument(
         "--dashboard-only", action="store_true", help="only the dataset and the jobs page's filters"
     )
-    return parser.parse_args()
+    args = parser.parse_args()
+    args.baseline_ref = args.baseline_ref or baseline.fork_point()
+    return args
 
 
 def _exit_on_sigterm(*_: object) -> None:
