@@ -20,7 +20,7 @@ from trainwatch_persister.database import make_engine
 from trainwatch_persister.filters import JobFilters, SortField, SortOrder
 from trainwatch_persister.tables import jobs
 
-TOKEN = "bench-viewer"
+TOKEN = "bench-viewer-token-0123456789"  # the service refuses tokens under 16 characters
 
 
 @dataclass(frozen=True)
@@ -54,9 +54,10 @@ async def deep_cursor(database_url: str, *, filters: JobFilters, where: list[Any
 
 
 class ApiProcess:
-    def __init__(self, database_url: str) -> None:
+    def __init__(self, database_url: str, *, pythonpath: str | None = None) -> None:
         self.port = free_port()
         self.database_url = database_url
+        self.pythonpath = pythonpath  # another ref's persister source (a same-run baseline)
         self._process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ApiProcess:
@@ -70,9 +71,13 @@ class ApiProcess:
             "TRAINWATCH_VIEWER_TOKENS": TOKEN,
             "TRAINWATCH_LOG_LEVEL": "WARNING",
         }
+        if self.pythonpath:
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [self.pythonpath, env.get("PYTHONPATH")]))
         self._process = subprocess.Popen([sys.executable, "-m", "trainwatch_persister"], env=env)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(f"the persister API exited with {self._process.returncode}")
             try:
                 if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
                     return self
@@ -138,4 +143,42 @@ async def run_scenarios(database_url: str, *, requests: int, jobs_count: int) ->
                 print(f"    {scenario}: p99 {result.percentile(99):.1f} ms", flush=True)
                 results.append(result)
                 await asyncio.sleep(0)
+    return results
+
+
+# The jobs page's filters (trainwatch_dashboard.presenters.JOB_FILTERS), one at a time, as the
+# dashboard sends them: deleted=false unless "show deleted" is ticked; and the combination the
+# issue measured (Running and not terminal).
+DASHBOARD_SCENARIOS: list[tuple[str, dict[str, Any]]] = [
+    ("no filter", {"deleted": "false"}),
+    ("cluster", {"cluster": "cluster-3", "deleted": "false"}),
+    ("namespace", {"namespace": "ns-7", "deleted": "false"}),
+    ("kind", {"kind": "mpijob", "deleted": "false"}),
+    ("phase", {"phase": "Running", "deleted": "false"}),
+    ("diagnosis", {"diagnosis": "OOMKilled", "deleted": "false"}),
+    ("terminal=false (Active)", {"terminal": "false", "deleted": "false"}),
+    ("terminal=true (Finished)", {"terminal": "true", "deleted": "false"}),
+    ("phase=Running & terminal=false", {"phase": "Running", "terminal": "false", "deleted": "false"}),
+    ("terminal=false, deleted included", {"terminal": "false"}),
+    ("owner", {"owner": "user-42", "deleted": "false"}),
+    ("label", {"label": "team=team-5", "deleted": "false"}),
+    ("name", {"name": "train-4242", "deleted": "false"}),
+    ("deleted included", {}),
+]
+
+
+async def run_dashboard_scenarios(
+    database_url: str, *, requests: int, pythonpath: str | None = None
+) -> list[Latency]:
+    """Each of the jobs page's filters, first page of 50 with the exact total, over HTTP."""
+    results = []
+    with ApiProcess(database_url, pythonpath=pythonpath) as api:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        async with httpx.AsyncClient(base_url=api.url, headers=headers, timeout=30) as client:
+            for scenario, params in DASHBOARD_SCENARIOS:
+                result = await measure(client, scenario, {"limit": 50, **params}, requests=requests)
+                print(
+                    f"    {scenario}: total {result.total:,} p99 {result.percentile(99):.1f} ms", flush=True
+                )
+                results.append(result)
     return results

@@ -17,12 +17,14 @@ import os
 import platform
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import baseline
 import dataset
 import ingest
 import querying
@@ -80,6 +82,9 @@ async def main(args: argparse.Namespace) -> int:
         }
         log(f"load average {os.getloadavg()} on {os.cpu_count()} cpus (a shared machine)")
 
+        if args.dashboard_only:
+            await dashboard_filters(args, new_database(), report)
+            return 0
         log(f"ingest: {args.events:,} events batched (batch {args.batch}), {args.row_events:,} row-at-a-time")
         row = await ingest.run_mode(mode="row-at-a-time", batch_size=1, events=args.row_events,
                                     nats_url=nats_url, database_url=new_database())  # fmt: skip
@@ -120,6 +125,7 @@ async def main(args: argparse.Namespace) -> int:
              "p50": round(lat.percentile(50), 2), "p95": round(lat.percentile(95), 2),
              "p99": round(lat.percentile(99), 2), "mean": round(lat.mean, 2)} for lat in latencies
         ]  # fmt: skip
+        await _dashboard_latencies(args, query_db, report)
         report["load_average_at_end"] = os.getloadavg()
         report["wall_seconds"] = round(time.perf_counter() - started, 1)
         RESULTS.write_text(json.dumps(report, indent=2) + "\n")
@@ -128,6 +134,44 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         for server in reversed(servers):
             server.close()
+
+
+async def dashboard_filters(args: argparse.Namespace, database_url: str, report: dict[str, object]) -> None:
+    """--dashboard-only: load the dataset, then only the jobs page's filters, baseline and tree."""
+    log(f"dataset: {args.jobs:,} jobs, {args.jobs * dataset.TRANSITIONS_PER_JOB:,} transitions")
+    load_steps = await dataset.load(database_url, jobs_count=args.jobs, log=log)
+    report["dataset"] = {"jobs": args.jobs, "seconds": {k: round(v, 1) for k, v in load_steps.items()}}
+    await _dashboard_latencies(args, database_url, report)
+    report["load_average_at_end"] = os.getloadavg()
+    path = RESULTS.with_name("results-dashboard-filters.json")
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    log(f"results in {path}")
+
+
+async def _dashboard_latencies(
+    args: argparse.Namespace, database_url: str, report: dict[str, object]
+) -> None:
+    """The jobs page's filters against the same database: the baseline ref's API, then this tree's."""
+    rows: dict[str, dict[str, object]] = {}
+    with tempfile.TemporaryDirectory(prefix="persist-baseline-") as scratch:
+        source = baseline.persister_source(args.baseline_ref, Path(scratch))
+        labels = {"baseline": f"{args.baseline_ref} ({baseline.short_rev(args.baseline_ref)})",
+                  "tree": baseline.tree_label()}  # fmt: skip
+        for variant, pythonpath in (("baseline", source), ("tree", None)):
+            log(
+                f"dashboard filters, {labels[variant]}: {args.requests} requests each, load {os.getloadavg()}"
+            )
+            for lat in await querying.run_dashboard_scenarios(
+                database_url, requests=args.requests, pythonpath=pythonpath
+            ):
+                row = rows.setdefault(lat.scenario, {"scenario": lat.scenario, "total": lat.total})
+                row[variant] = {"p50": round(lat.percentile(50), 2), "p99": round(lat.percentile(99), 2)}
+    log(f"  {'filter':<36} {'total':>9} {'baseline p50/p99':>18} {'tree p50/p99':>14}")
+    for row in rows.values():
+        b, t = row["baseline"], row["tree"]
+        log(f"  {row['scenario']:<36} {row['total']:>9,} {b['p50']:>8.1f}/{b['p99']:<8.1f} "  # type: ignore[index]
+            f"{t['p50']:>6.1f}/{t['p99']:<6.1f}")  # type: ignore[index]  # fmt: skip
+    report["dashboard_filters_ms"] = {"code": labels, "load": os.getloadavg(), "rows": list(rows.values())}
 
 
 def parse_args() -> argparse.Namespace:
@@ -141,7 +185,16 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--row-events", type=int, default=5_000, help="events for the row-at-a-time run")
     parser.add_argument("--batch", type=int, default=500, help="batch size of the batched run")
     parser.add_argument("--requests", type=int, default=200, help="timed requests per list scenario")
-    return parser.parse_args()
+    parser.add_argument(
+        "--baseline-ref",
+        help="git ref of the dashboard filters' baseline API (default: the fork point from main)",
+    )
+    parser.add_argument(
+        "--dashboard-only", action="store_true", help="only the dataset and the jobs page's filters"
+    )
+    args = parser.parse_args()
+    args.baseline_ref = args.baseline_ref or baseline.fork_point()
+    return args
 
 
 def _exit_on_sigterm(*_: object) -> None:

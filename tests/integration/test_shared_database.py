@@ -16,7 +16,7 @@ from trainwatch_persister.migrate import MIGRATIONS as PERSISTER
 from trainwatch_registry.database import async_url
 from trainwatch_registry.migrations import MIGRATIONS as REGISTRY
 
-PERSISTER_HEAD = "0004"
+PERSISTER_HEAD = "0005"
 REGISTRY_HEAD = "0002_credentials_expire_at"
 
 

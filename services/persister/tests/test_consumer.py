@@ -158,3 +158,39 @@ async def test_out_of_order_and_stale_epoch_events_over_the_bus(database_url: st
             assert (row["phase"], row["sequence"], row["epoch"]) == ("Succeeded", 4, 5)
             assert row["deleted_at"] is not None
             assert await counts(app.state.engine) == (6, 1)  # every distinct event kept in the history
+
+
+async def test_events_trickling_in_are_written_in_one_transaction_and_acked_after_its_commit(
+    database_url: str, nats_url: str
+) -> None:
+    """A fetch that does not fill the batch waits (batch_coalesce_ms) for more: what it took stays
+    unacked and unwritten while the rest of the events arrive, and all five are one transaction."""
+    first, rest = lifecycle("u0")[:3], lifecycle("u0")[3:]
+    # Long enough for the test to see the first events held and publish the rest within it.
+    coalescing = {"batch_size": 5, "batch_coalesce_ms": 10_000}
+    async with (
+        jetstream(nats_url) as js,
+        running_persister(database_url=database_url, nats_url=nats_url, **coalescing) as app,
+    ):
+        for event in first:
+            await publish(js, event)
+
+        async def held() -> bool:
+            info = await js.consumer_info(
+                PERSISTER_CONSUMER.stream, PERSISTER_CONSUMER.config.durable_name or ""
+            )
+            return info.num_ack_pending >= 1 and info.ack_floor.stream_seq == 0
+
+        await eventually(held, timeout=20, message="the consumer holding delivered, unacked events")
+        engine: AsyncEngine = app.state.engine
+        assert await counts(engine) == (0, 0)  # held, not written: and nothing acked (held())
+        assert app.state.consumer.batches_written == 0
+        for event in rest:
+            await publish(js, event)
+        await eventually(lambda: fully_acked(js), timeout=30, message="every message acked")
+        assert await counts(engine) == (5, 1)
+        assert await final_phases(engine) == {("Succeeded", 4)}
+        assert app.state.consumer.batches_written == 1
+        async with engine.connect() as conn:
+            sequences = (await conn.execute(sa.select(job_transitions.c.sequence))).scalars()
+            assert sorted(sequences) == [0, 1, 2, 3, 4]

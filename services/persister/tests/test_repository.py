@@ -12,7 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, Phase
 from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory, JobResources
-from trainwatch_persister import repository, retention
+from trainwatch_persister import batching, queries, repository, retention
+from trainwatch_persister.filters import JobFilters
 from trainwatch_persister.tables import job_counts, job_transitions, jobs
 
 
@@ -170,6 +171,8 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
                     uid=uid, cluster=f"c{int(uid[1:]) % 3}", sequence=sequence, epoch=rng.randrange(1, 3),
                     phase=rng.choice(phases), change="deleted" if rng.random() < 0.05 else None,
                     observed_at=BASE_TIME + timedelta(days=rng.randrange(60)),
+                    terminal=rng.random() < 0.5,  # the event's own flag, whatever the phase
+                    kind_key=("pytorchjob", "mpijob", "job")[int(uid[1:]) % 3],
                 )
             )  # fmt: skip
         await write(engine, *batch)
@@ -178,21 +181,58 @@ async def test_job_counts_stay_equal_to_counting_the_jobs(engine: AsyncEngine) -
     assert await totals(engine) == await counted(engine)
 
 
-async def totals(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+async def test_kind_and_terminal_counts_follow_phase_changes_to_and_from_terminal_and_deletion(
+    engine: AsyncEngine,
+) -> None:
+    """The list's `total` for terminal=true/false (read from job_counts) against counting the rows."""
+    done = JobFilters(terminal=True)
+    active = JobFilters(terminal=False)
+    active_running = JobFilters(terminal=False, phases=("Running",))
+    live_active = JobFilters(terminal=False, deleted=False)
+    active_mpi = JobFilters(kinds=("mpijob",), terminal=False, deleted=False)
+
+    async def check(expected: dict[JobFilters, int]) -> None:
+        async with engine.connect() as conn:
+            for filters, n in expected.items():
+                assert await queries.count(conn, filters) == n, filters
+                exact = (
+                    sa.select(sa.func.count())
+                    .select_from(jobs)
+                    .where(*queries.conditions(filters, conn.dialect.name))
+                )
+                assert (await conn.execute(exact)).scalar_one() == n, filters
+        assert await totals(engine) == await counted(engine)
+
+    mpi = {"kind_key": "mpijob"}
+    await write(
+        engine, make_event(uid="a", phase=Phase.RUNNING), make_event(uid="b", phase=Phase.RUNNING, **mpi)
+    )
+    await check({done: 0, active: 2, active_running: 2, live_active: 2, active_mpi: 1})
+    await write(engine, make_event(uid="a", sequence=1, phase=Phase.SUCCEEDED))  # to terminal
+    await check({done: 1, active: 1, active_running: 1, live_active: 1, active_mpi: 1})
+    # Back from terminal (a restarted job), and a flag that changes with the phase unchanged.
+    await write(engine, make_event(uid="a", sequence=2, phase=Phase.RUNNING))
+    await write(engine, make_event(uid="b", sequence=1, phase=Phase.RUNNING, terminal=True, **mpi))
+    await check({done: 1, active: 1, active_running: 1, live_active: 1, active_mpi: 0})
+    await write(engine, make_event(uid="a", sequence=3, phase=Phase.RUNNING, change="deleted"))
+    await check({done: 1, active: 1, active_running: 1, live_active: 0, active_mpi: 0})
+    async with engine.begin() as conn:  # a prune removes rows: the delete trigger
+        await conn.execute(sa.delete(jobs).where(jobs.c.uid == "a"))
+    await check({done: 1, active: 0, active_running: 0, live_active: 0, active_mpi: 0})
+
+
+async def totals(engine: AsyncEngine) -> dict[tuple[str, str, str, bool, bool], int]:
     async with engine.connect() as conn:
         rows = await conn.execute(sa.select(job_counts).where(job_counts.c.jobs != 0))
-        return {(r.cluster_id, r.phase, bool(r.deleted)): r.jobs for r in rows}
+        return {(r.cluster_id, r.phase, r.kind_key, bool(r.terminal), bool(r.deleted)): r.jobs for r in rows}
 
 
-async def counted(engine: AsyncEngine) -> dict[tuple[str, str, bool], int]:
+async def counted(engine: AsyncEngine) -> dict[tuple[str, str, str, bool, bool], int]:
     deleted = jobs.c.deleted_at.is_not(None)
+    keys = (jobs.c.cluster_id, jobs.c.phase, jobs.c.kind_key, jobs.c.terminal, deleted)
     async with engine.connect() as conn:
-        rows = await conn.execute(
-            sa.select(jobs.c.cluster_id, jobs.c.phase, deleted, sa.func.count()).group_by(
-                jobs.c.cluster_id, jobs.c.phase, deleted
-            )
-        )
-        return {(c, p, bool(d)): n for c, p, d, n in rows}
+        rows = await conn.execute(sa.select(*keys, sa.func.count()).group_by(*keys))
+        return {(c, p, k, bool(t), bool(d)): n for c, p, k, t, d, n in rows}
 
 
 async def transitions_of(engine: AsyncEngine, uid: str = "uid-1") -> list[dict[str, Any]]:
@@ -304,3 +344,31 @@ async def test_a_diagnosis_update_moves_the_diagnosis_not_the_phase(engine: Asyn
     await write(engine, make_event(sequence=7, phase=Phase.FAILED, previous_phase=Phase.RUNNING))
     row = await job(engine)
     assert (row["phase"], row["previous_phase"], row["last_change"]) == ("Failed", "Running", "transition")
+
+
+async def test_stored_rows_hold_exactly_what_the_event_says(engine: AsyncEngine) -> None:
+    """Every column of both tables, JSON documents included, whatever path the dialect writes by
+    (PostgreSQL: column arrays with the event as JSON text; SQLite: rows of Python values)."""
+    from trainwatch_common import ReplicaCounts
+
+    event = make_event(
+        uid="full", sequence=3, phase=Phase.FAILED, change="transition", labels={"team": "a", "tier": "gpu"},
+        owner="ada", previous_phase=Phase.RUNNING, reason="BackoffLimitExceeded", message="3 restarts",
+        replicas={"worker": ReplicaCounts(active=0, failed=2)}, restart_count=3,
+        started_at=BASE_TIME + timedelta(minutes=1), finished_at=BASE_TIME + timedelta(minutes=3),
+        diagnosis=oom_diagnosis(), resources=JobResources(gpus=8, gpu_product="H100", cpu=16.5),
+        queue_wait_seconds=60.0, run_seconds=120.0,
+    )  # fmt: skip
+    plain = make_event(uid="plain", sequence=0)
+    await write(engine, event, plain)
+    async with engine.connect() as conn:
+        stored = {r.event_id: dict(r._mapping) for r in await conn.execute(sa.select(job_transitions))}
+    expected = batching.transition_rows([event, plain])
+    assert {row["event_id"] for row in expected} == set(stored)
+    for row in expected:
+        assert stored[row["event_id"]] == row
+    assert stored[event.event_id]["event"] == event.model_dump(mode="json")
+    current = await job(engine, uid="full")
+    assert current == batching.job_row(event)
+    assert current["diagnosis"] == oom_diagnosis().model_dump(mode="json", exclude_none=True)
+    assert (await job(engine, uid="plain"))["diagnosis"] is None  # SQL NULL, not JSON null

@@ -66,8 +66,13 @@ def order_key(event: JobStatusEvent) -> ordering.OrderKey:
     return ordering.OrderKey(event.sequence, event.epoch, ordering.rv_number(event.job.resource_version))
 
 
-def transition_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
-    """One history row per distinct event id (the first one of the batch wins, as in SQL)."""
+def transition_rows(events: Sequence[JobStatusEvent], *, event_as_text: bool = False) -> list[dict[str, Any]]:
+    """One history row per distinct event id (the first one of the batch wins, as in SQL).
+
+    ``event_as_text``: the whole event as its JSON text (pydantic's serializer writes it in one
+    call; building the dict first cost a fifth of the persister's CPU), for a statement that
+    casts it to jsonb; otherwise as the document SQLAlchemy's JSON type serializes.
+    """
     rows: dict[str, dict[str, Any]] = {}
     for event in events:
         if event.event_id in rows:
@@ -90,7 +95,7 @@ def transition_rows(events: Sequence[JobStatusEvent]) -> list[dict[str, Any]]:
             "source_transition_time": event.source_transition_time,
             "watcher_id": event.watcher_id,
             **diagnosis_values(event),
-            "event": event.model_dump(mode="json"),
+            "event": event.model_dump_json() if event_as_text else event.model_dump(mode="json"),
         }
     return list(rows.values())
 

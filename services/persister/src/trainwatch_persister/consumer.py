@@ -40,6 +40,8 @@ REASON_HEADER = "Trainwatch-Reason"
 ERROR_HEADER = "Trainwatch-Error"
 SUBJECT_HEADER = "Trainwatch-Original-Subject"
 SEQUENCE_HEADER = "Trainwatch-Original-Sequence"
+# How long a fetch for the rest of a batch lingers when nothing is ready (see _take_waiting).
+_TAKE_TIMEOUT = 0.02
 
 
 class RowsRejected(Exception):
@@ -91,8 +93,10 @@ class JobEventConsumer:
         try:
             while True:
                 try:
+                    # When coalescing, the wait is for the first message only (see _top_up).
+                    first = 1 if self._settings.batch_coalesce_ms else self._settings.batch_size
                     messages = await subscription.fetch(
-                        batch=self._settings.batch_size, timeout=self._settings.batch_max_wait_ms / 1000
+                        batch=first, timeout=self._settings.batch_max_wait_ms / 1000
                     )
                 except (nats.errors.TimeoutError, TimeoutError):
                     continue  # nothing arrived within the wait: fetch again
@@ -102,6 +106,7 @@ class JobEventConsumer:
                     await asyncio.sleep(backoff.next_delay())
                     continue
                 backoff.reset()
+                messages = await self._top_up(subscription, messages)
                 try:
                     await self.handle(messages)
                 except Exception as exc:  # e.g. NATS gone while dead-lettering or acking: redelivery follows
@@ -115,6 +120,41 @@ class JobEventConsumer:
                 await subscription.unsubscribe()
             except Exception as exc:  # the connection may already be closed at shutdown
                 log.debug("unsubscribe failed", extra={"error": repr(exc)})
+
+    async def _top_up(
+        self, subscription: JetStreamContext.PullSubscription, messages: list[Msg]
+    ) -> list[Msg]:
+        """After the first message, take what is waiting; if that does not fill the batch, wait
+        ``batch_coalesce_ms`` and take what came meanwhile, so that one transaction holds them.
+
+        Events arrive a few at a time (each watch delivers its own): written as they come, every
+        few events would pay for a transaction, two statements and their round trips (issue 21:
+        1.2 ms of CPU per event). The wait is a plain sleep with no pull request outstanding: the
+        server then hands over what accumulated in one burst, where a pending pull has it push
+        every message on its own (a wake-up, a read and a parse each). A backlog fills the batch
+        at the first take and never waits. Nothing is acked before the whole batch is committed,
+        and the messages stay in delivery order, so this changes neither exactly-once nor ordering.
+        """
+        messages = [*messages, *await self._take_waiting(subscription, len(messages))]
+        wait = self._settings.batch_coalesce_ms / 1000
+        if len(messages) >= self._settings.batch_size or wait <= 0:
+            return messages
+        await asyncio.sleep(wait)
+        return [*messages, *await self._take_waiting(subscription, len(messages))]
+
+    async def _take_waiting(self, subscription: JetStreamContext.PullSubscription, held: int) -> list[Msg]:
+        """The messages the consumer has ready, up to the batch's room (nats-py asks with no_wait
+        first, so this returns as soon as they are here; it lingers only when none is)."""
+        room = self._settings.batch_size - held
+        if room <= 0:
+            return []
+        try:
+            return await subscription.fetch(batch=room, timeout=_TAKE_TIMEOUT)
+        except (nats.errors.TimeoutError, TimeoutError):
+            return []  # none ready: write what we hold
+        except Exception as exc:  # NATS trouble: what we hold is written; the rest comes later
+            log.debug("fetch for the rest of a batch failed", extra={"error": repr(exc)})
+            return []
 
     async def handle(self, messages: Sequence[Msg]) -> None:
         """Write one fetched batch and ack it; returns only when every message is settled."""
@@ -174,7 +214,7 @@ class JobEventConsumer:
             self.database_ok = True
             metrics.DATABASE_UP.set(1)
             metrics.TRANSITIONS_INSERTED.inc(result.new_transitions)
-            metrics.DUPLICATES.inc(len(batching.transition_rows(events)) - result.new_transitions)
+            metrics.DUPLICATES.inc(result.distinct_events - result.new_transitions)
             metrics.JOBS_CHANGED.inc(result.jobs_changed)
             return
 

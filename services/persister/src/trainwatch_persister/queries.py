@@ -138,7 +138,7 @@ async def list_jobs(
     return Page(rows=rows[:limit], total=total, has_more=len(rows) > limit)
 
 
-_COUNTED_DIMENSIONS = frozenset({"clusters", "phases", "deleted"})
+_COUNTED_DIMENSIONS = frozenset({"clusters", "kinds", "phases", "terminal", "deleted"})
 
 
 async def count(conn: AsyncConnection, filters: JobFilters) -> int:
@@ -156,8 +156,12 @@ async def _count(conn: AsyncConnection, filters: JobFilters, where: list[sa.Colu
     totals = sa.select(sa.func.coalesce(sa.func.sum(job_counts.c.jobs), 0))
     if filters.clusters:
         totals = totals.where(job_counts.c.cluster_id.in_(list(filters.clusters)))
+    if filters.kinds:
+        totals = totals.where(job_counts.c.kind_key.in_(list(filters.kinds)))
     if filters.phases:
         totals = totals.where(job_counts.c.phase.in_(list(filters.phases)))
+    if filters.terminal is not None:
+        totals = totals.where(job_counts.c.terminal.is_(filters.terminal))
     if filters.deleted is not None:
         totals = totals.where(job_counts.c.deleted.is_(filters.deleted))
     return int((await conn.execute(totals)).scalar_one())
@@ -206,11 +210,13 @@ async def count_jobs(conn: AsyncConnection) -> Counts:
         .where(job_counts.c.jobs > 0)
         .order_by(job_counts.c.cluster_id, job_counts.c.phase)
     )
-    live: list[tuple[str, str, int]] = []
+    # A (cluster, phase) has a counter per kind and terminal flag (migration 0005): summed here.
+    live: dict[tuple[str, str], int] = {}
     deleted = 0
     for cluster_id, phase, is_deleted, count in rows:
         if is_deleted:
             deleted += int(count)
         else:
-            live.append((str(cluster_id), str(phase), int(count)))
-    return Counts(by_cluster_phase=live, deleted=deleted)
+            key = (str(cluster_id), str(phase))
+            live[key] = live.get(key, 0) + int(count)
+    return Counts(by_cluster_phase=[(c, p, n) for (c, p), n in live.items()], deleted=deleted)

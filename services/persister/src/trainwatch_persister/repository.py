@@ -1,10 +1,18 @@
 """All writes: the batch upsert of current state and history, and the pruning of old rows.
 
-A batch is written as two multi-row statements, never one statement per event: each is
-compiled once (and cached) as a dialect-specific ``INSERT ... ON CONFLICT ... RETURNING`` and
-executed with the batch's rows, which SQLAlchemy's "insertmanyvalues" sends as multi-row VALUES
-pages (1000 rows each) within the drivers' parameter limits. RETURNING tells which rows were
-really inserted or moved forward:
+A batch is written as two multi-row statements, never one statement per event, each an
+``INSERT ... ON CONFLICT ... RETURNING`` built once per dialect (so its SQLAlchemy cache key and
+compiled form are reused, not rebuilt per batch):
+
+- PostgreSQL: the rows go as one array per column and the statement reads them back with
+  ``unnest``, so its text is the same whatever the batch size: asyncpg prepares it once per
+  connection, and binds each column in one C call instead of SQLAlchemy processing every value of
+  every row (issue 21: that, and a new prepared statement per distinct batch size, were most of
+  the persister's CPU at small batches). JSON columns travel as text and are cast to jsonb.
+- SQLite: the batch's rows, which SQLAlchemy's "insertmanyvalues" sends as multi-row VALUES pages
+  within the driver's parameter limit.
+
+RETURNING tells which rows were really inserted or moved forward:
 
 - ``job_transitions``: ``ON CONFLICT (event_id) DO NOTHING``: the history is append-only and a
   duplicate id is the same event seen again.
@@ -15,11 +23,13 @@ really inserted or moved forward:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -37,35 +47,115 @@ class WriteResult:
     events: int
     new_transitions: int
     jobs_changed: int
+    distinct_events: int = 0  # the batch's distinct event ids: new_transitions + duplicates
 
 
-def _insert(conn: AsyncConnection, table: sa.Table) -> Any:
-    if conn.dialect.name == "postgresql":
+def _insert(dialect: str, table: sa.Table) -> Any:
+    if dialect == "postgresql":
         return postgresql.insert(table)
-    if conn.dialect.name == "sqlite":
+    if dialect == "sqlite":
         return sqlite.insert(table)
-    raise ValueError(f"unsupported dialect {conn.dialect.name!r}")
+    raise ValueError(f"unsupported dialect {dialect!r}")
 
 
 async def write_events(conn: AsyncConnection, events: Sequence[JobStatusEvent]) -> WriteResult:
     """Write a batch inside the caller's transaction; idempotent, so safe to repeat after a failure."""
-    transitions = batching.transition_rows(events)
+    dialect = conn.dialect.name
+    statements = _statements(dialect)
+    transitions = batching.transition_rows(events, event_as_text=dialect == "postgresql")
     new_transitions = 0
     if transitions:
-        insert = _insert(conn, job_transitions).on_conflict_do_nothing(index_elements=["event_id"])
-        returned = await conn.execute(insert.returning(job_transitions.c.event_id), transitions)
+        returned = await conn.execute(
+            statements.transitions, _parameters(dialect, job_transitions, transitions)
+        )
         new_transitions = len(returned.all())
 
     job_rows = batching.job_rows(events)
     jobs_changed = 0
     if job_rows:
-        returned = await conn.execute(_upsert_jobs(conn).returning(jobs.c.uid), job_rows)
+        returned = await conn.execute(statements.jobs, _parameters(dialect, jobs, job_rows))
         jobs_changed = len(returned.all())
-    return WriteResult(events=len(events), new_transitions=new_transitions, jobs_changed=jobs_changed)
+    return WriteResult(
+        events=len(events),
+        new_transitions=new_transitions,
+        jobs_changed=jobs_changed,
+        distinct_events=len(transitions),
+    )
 
 
-def _upsert_jobs(conn: AsyncConnection) -> Any:
-    insert = _insert(conn, jobs)
+@dataclass(frozen=True, slots=True)
+class _Statements:
+    transitions: Any
+    jobs: Any
+
+
+@functools.cache
+def _statements(dialect: str) -> _Statements:
+    """The two write statements of a dialect, built once (they hold no values)."""
+    if dialect == "postgresql":
+        transitions = _insert(dialect, job_transitions).from_select(
+            [c.name for c in job_transitions.columns], _unnest(job_transitions)
+        )
+        jobs_insert = _insert(dialect, jobs).from_select([c.name for c in jobs.columns], _unnest(jobs))
+    else:
+        transitions, jobs_insert = _insert(dialect, job_transitions), _insert(dialect, jobs)
+    return _Statements(
+        transitions=transitions.on_conflict_do_nothing(index_elements=["event_id"]).returning(
+            job_transitions.c.event_id
+        ),
+        jobs=_upsert_jobs(jobs_insert).returning(jobs.c.uid),
+    )
+
+
+def _is_json(column: sa.Column[Any]) -> bool:
+    return isinstance(column.type, sa.JSON)
+
+
+def _unnest(table: sa.Table) -> sa.Select[Any]:
+    """SELECT unnest(:col1), unnest(:col2)...: one array parameter per column, read in lockstep."""
+    values: list[sa.ColumnElement[Any]] = []
+    for column in table.columns:
+        if _is_json(column):  # text on the wire, jsonb in the table
+            array = sa.bindparam(column.name, type_=postgresql.ARRAY(sa.Text))
+            values.append(sa.cast(sa.func.unnest(array), postgresql.JSONB))
+        elif isinstance(column.type, sa.String):
+            # Unbounded on the wire: an explicit cast to VARCHAR(n)[] would silently truncate a
+            # value too long for the column, where the insert must refuse it (db-rejected).
+            values.append(sa.func.unnest(sa.bindparam(column.name, type_=postgresql.ARRAY(sa.Text))))
+        else:
+            values.append(sa.func.unnest(sa.bindparam(column.name, type_=postgresql.ARRAY(column.type))))
+    return sa.select(*values)
+
+
+# Columns whose value batching already gives as JSON text on PostgreSQL (see transition_rows).
+_AS_TEXT = frozenset({("job_transitions", "event")})
+
+
+@functools.cache
+def _column_kinds(table: sa.Table) -> tuple[tuple[str, bool], ...]:
+    """(name, serialize as JSON here) per column, in the order of the statement's arrays."""
+    return tuple((c.name, _is_json(c) and (table.name, c.name) not in _AS_TEXT) for c in table.columns)
+
+
+def _parameters(dialect: str, table: sa.Table, rows: list[dict[str, Any]]) -> Any:
+    """The rows as the dialect's statement takes them: a list of rows, or one array per column."""
+    if dialect != "postgresql":
+        return rows
+    arrays: dict[str, list[Any]] = {}
+    for name, json in _column_kinds(table):
+        if json:
+            # NULL stays SQL NULL (the nullable diagnosis); everything else is its JSON text.
+            arrays[name] = [None if row[name] is None else _json_text(row[name]) for row in rows]
+        else:
+            arrays[name] = [row[name] for row in rows]
+    return arrays
+
+
+def _json_text(value: Any) -> str:
+    return orjson.dumps(value).decode()
+
+
+def _upsert_jobs(insert: Any) -> Any:
     new = insert.excluded
     updates: dict[str, Any] = {
         column.name: new[column.name]

@@ -22,6 +22,12 @@ class PersisterSettings(ServiceSettings):
 
     batch_size: int = Field(500, ge=1, le=10_000, description="Most events written in one transaction")
     batch_max_wait_ms: int = Field(200, ge=1, description="Longest wait for a batch to fill")
+    batch_coalesce_ms: int = Field(
+        100,
+        ge=0,
+        description="After a fetch smaller than batch_size, how long to wait for more before writing "
+        "(one transaction for the events that trickle in meanwhile; 0 = write each fetch at once)",
+    )
     retry_initial_seconds: float = Field(0.2, gt=0, description="First back-off after a database error")
     retry_max_seconds: float = Field(10.0, gt=0, description="Longest back-off between database retries")
 

@@ -181,14 +181,16 @@ sa.Index("ix_job_transitions_cluster_id_uid_sequence", job_transitions.c.cluster
          job_transitions.c.sequence)  # fmt: skip
 sa.Index("ix_job_transitions_observed_at", job_transitions.c.observed_at)
 
-# Live totals per (cluster, phase, deleted), kept exact by triggers on `jobs` (migration 0002) in
-# the same transaction as every change: a list's `total` for these filters, and /v1/stats, are
-# read from a few rows here instead of counting a million index entries.
+# Live totals per (cluster, phase, kind, terminal, deleted), kept exact by triggers on `jobs`
+# (migrations 0002 and 0005) in the same transaction as every change: a list's `total` for these
+# filters, and /v1/stats, are read from a few rows here instead of counting a million index entries.
 job_counts = sa.Table(
     "job_counts",
     metadata,
     sa.Column("cluster_id", sa.String(63), primary_key=True),
     sa.Column("phase", sa.String(16), primary_key=True),
+    sa.Column("kind_key", sa.String(32), primary_key=True),
+    sa.Column("terminal", sa.Boolean, primary_key=True),
     sa.Column("deleted", sa.Boolean, primary_key=True),
     sa.Column("jobs", sa.BigInteger, nullable=False),
 )
