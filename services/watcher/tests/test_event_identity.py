@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
+import pytest
 from nats.aio.client import Client as NatsClient
 from redis.asyncio import Redis
 from watcher_harness import (
@@ -550,3 +551,39 @@ async def test_a_deletion_only_a_relist_could_see_says_its_final_state_was_not_s
     assert relisted.job.name == "unseen-going"
     assert relisted.phase == Phase.PENDING  # the last state anyone saw, not a guess
     assert relisted.source == transitions.DELETED_UNSEEN_SOURCE == "relist:absent"
+
+
+@pytest.mark.parametrize("left", ["whole", "flushed", "records_without_version"])
+async def test_a_checkpoint_without_a_resource_version_resumes_from_the_streams_and_misses_no_job(
+    left: str,
+    sim: kubesim.Simulator,
+    registry: FakeRegistry,
+    watcher: RunningWatcher,
+    job_events: JobEvents,
+    redis: Redis,
+) -> None:
+    """Chaos seed 41, Redis FLUSHALL (9 transitions lost): a start took its records from the stream
+    and saved them, but not the resourceVersion they are valid at, and was stopped (the leases
+    flapped) before its first commit. The next start found records that agree with the stream and
+    no version, so it relisted: jobs created and deleted meanwhile were never reported, and jobs
+    that ended and were deleted got "deleted" in their last seen phase."""
+    batch_job = kubesim.kinds.BATCH_JOB
+    alpha = await sim.add_cluster("alpha", kinds=[batch_job])
+    await registry.add(alpha)
+    await watcher.start()
+    await watcher.wait_synced("alpha", informers=1)
+    alpha.store.create(batch_job, {"metadata": {"name": "kept", "namespace": "default"}, "spec": {}})
+    await eventually(lambda: len(job_events.events) == 1, message="kept created")
+    await watcher.stop()
+    if left == "records_without_version":  # what that stopped start left behind
+        await redis.hdel(state_key("alpha", "job"), "rv:*", "js:*")
+    elif left == "flushed":
+        await redis.delete(state_key("alpha", "job"))
+    alpha.store.create(batch_job, {"metadata": {"name": "brief", "namespace": "default"}, "spec": {}})
+    alpha.store.delete(batch_job, "default", "brief")
+    await watcher.start()
+    await eventually(
+        lambda: [e.change for e in job_events.events if e.job.name == "brief"] == ["created", "deleted"],
+        message="the job created and deleted while nobody watched",
+        timeout=15,
+    )

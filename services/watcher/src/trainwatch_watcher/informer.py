@@ -203,22 +203,27 @@ class Informer(WatchHooks):
                     "checkpoint behind the JOBS stream",
                     extra={"cluster": spec.cluster_id, "kind": self._kind_label, "jobs": recovered.corrected},
                 )
-                if resume_from is None:
-                    # The checkpoint lost its resourceVersion with its records: resume where the
-                    # stream's events were emitted, so the changes since are seen one by one (a
-                    # job that failed and was deleted meanwhile is reported failed, then deleted).
-                    # If that version is gone (410), the relist diffs against the stream's jobs.
-                    self._unsaved_records = _records_changed(self._records, recovered.records)
-                    self._records = recovered.records
-                    self._closed = recovered.closed
-                    resume_from = recovered.resource_version
-                else:
-                    # Resuming replays every change since the checkpoint from the checkpoint's own
-                    # records, so each event the stream already holds comes again, the same, under
-                    # its id. Only if that replay is refused (410) does the relist need the stream.
-                    self._records_for_relist = recovered.records
-                    self._closed_for_relist = recovered.closed
-                    self._unsaved_records_for_relist = _records_changed(self._records, recovered.records)
+            if resume_from is None:
+                # The checkpoint has no resourceVersion (lost with its records, or a start that
+                # took its records from the stream stopped before committing anything): resume
+                # where the stream's events were emitted, so the changes since are seen one by one
+                # (a job created, failed and deleted meanwhile is reported so); a relist could see
+                # none of it. If that version is gone (410), the relist diffs against the stream's
+                # jobs. The records are saved with the version they are valid at, or the next
+                # start would find records without one and relist (chaos seed 41, FLUSHALL).
+                self._unsaved_records = _records_changed(self._records, recovered.records)
+                if recovered.resource_version is not None:
+                    self._unsaved_records.resource_versions[spec.scope] = recovered.resource_version
+                self._records = recovered.records
+                self._closed = recovered.closed
+                resume_from = recovered.resource_version
+            elif recovered.behind:
+                # Resuming replays every change since the checkpoint from the checkpoint's own
+                # records, so each event the stream already holds comes again, the same, under
+                # its id. Only if that replay is refused (410) does the relist need the stream.
+                self._records_for_relist = recovered.records
+                self._closed_for_relist = recovered.closed
+                self._unsaved_records_for_relist = _records_changed(self._records, recovered.records)
         self._metrics.cache_jobs.inc(len(self._records))
         if self._evidence is not None:
             # Diagnose the listed jobs from listed evidence, or a restart would call the evidence
@@ -351,7 +356,11 @@ class Informer(WatchHooks):
         assert self._history is not None
         spec = self.spec
         last = await self._history.last_sequence(spec.cluster_id, spec.kind.key, spec.namespace)
-        return last == 0 or checkpoint.stream_marks.get(spec.scope) == last
+        if last == 0:
+            return True
+        # Without a resourceVersion the checkpoint cannot say where to resume (a relist cut short
+        # after some of its events were acknowledged): the stream's versions can.
+        return checkpoint.stream_marks.get(spec.scope) == last and spec.scope in checkpoint.resource_versions
 
     def _belongs(self, namespace: str) -> bool:
         """Records of this informer's scope (another namespace's informer owns the others)."""
