@@ -163,6 +163,9 @@ class Watcher:
                 backoff.reset()
                 continue
             except errors.WatchExpired:
+                # Rare, and it decides what can be seen: jobs that come and go before the list
+                # is taken are never seen (a chaos report needs to know it happened).
+                log.info("resourceVersion expired (410); relisting", extra={"path": self._target.path()})
                 self._hooks.on_expired()
                 self._hooks.on_relist("expired")
                 self.resource_version = None  # relist at once: a 410 is not a failure of the server
