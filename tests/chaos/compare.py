@@ -41,7 +41,8 @@ everywhere": history compacted, watches dropped) is absent from the relist, and 
 API can learn its last states. A required state is unobservable only when all of these hold: the
 stream's deletion of the job says a relist found it gone (``source == "relist:absent"``), and the
 job's true deletion and the state were both written inside a window the runner passes in (from
-the compaction to every cluster streaming again). Its surfaces' final state then differs from the
+1 s before the compaction, what the watches may not have delivered yet, to every cluster
+streaming again). Its surfaces' final state then differs from the
 truth's by those states only, which is not counted as a wrong final state either.
 
 Cards follow the notifier's routing rules (``CARD_PHASES``): the chaos rules route the default
