@@ -366,3 +366,30 @@ async def test_events_held_back_behind_an_elder_held_here_wait_without_asking_re
         assert {event.event_id: _CountingJobOrder.asked[event.event_id] for event in behind} == {
             event.event_id: 1 for event in behind
         }
+
+
+async def test_a_job_first_seen_mid_life_waits_no_redelivery_grace_when_redis_kept_the_order(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    redis: Redis,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    """Found by bench/notify/burst.py: every event of a job the job order knew nothing of (a
+    notifier deployed onto a running stream, a job quiet for longer than the order's TTL) waited
+    the redelivery grace, the consumer's ack wait plus 5 s (65 s by default), though Redis had
+    lost nothing and no elder could be out for redelivery. The grace is for an order Redis may
+    have lost, recently."""
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    settings = settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules)
+    async with running(Notifier(settings)):
+        await publish(js, make_event(name="other-job", phase=Phase.RUNNING, sequence=0))
+        await eventually(lambda: all_acked(js), message="the order in Redis is in use")
+        # As if the order had been kept for a day: no redelivery from before it can be pending.
+        await redis.set("trainwatch:order:since", 0)
+        await publish(js, make_event(name="train-9", phase=Phase.SUCCEEDED, sequence=4))
+        await eventually(
+            lambda: len(feishu_sink.received) == 1, timeout=10, message="told well before the 65 s grace"
+        )
+    assert titles(feishu_sink) == [SUCCEEDED]

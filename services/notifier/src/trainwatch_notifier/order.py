@@ -17,10 +17,14 @@ Each job (cluster id, uid) has a Redis hash ``<prefix>:order:<cluster_id>:<uid>`
   (fetched, not yet registered), or with a notifier that died before registering it (it comes
   back after the consumer's ack wait); it is given ``grace`` to appear before the newer one goes.
   A job with no ``done`` at all is given the same grace unless the event is its first (sequence
-  0): Redis may have lost the job's order (a wipe, a failover) while an elder was out for
-  redelivery, held by nobody, and without the grace the newer event would overtake it. The hash
-  lives as long as the JOBS stream keeps events (``ttl_seconds``), so only a job quiet for longer
-  than that, or one whose order Redis lost, waits.
+  0) or the order has been kept longer than the grace: Redis may have lost the job's order (a
+  wipe, a failover) while an elder was out for redelivery, held by nobody, and without the grace
+  the newer event would overtake it. An elder out for redelivery comes back within the grace, so
+  once the order has been kept that long, a job it knows nothing of (a notifier deployed onto a
+  running stream, a job quiet for longer than ``ttl_seconds``) has no elder to wait for.
+
+``<prefix>:order:since`` says since when (Redis clock, ms) the order has been kept: written by
+the first call that finds it missing, so a Redis that lost its data says so at the next call.
 
 An event that arrives after a newer one of its job was settled is not dropped: it may be the only
 copy of a transition that was never notified. It is routed (its idempotency key still stops a
@@ -35,20 +39,27 @@ from redis.asyncio import Redis
 
 from trainwatch_common import JobStatusEvent
 
-# KEYS: one job hash per event (repeats allowed). ARGV: stale_ms, ttl_seconds, then one sequence per
-# key. Registers every event first, then returns per event: 1 if an older event of its job is held
-# (fresh entry), else 0; and the job's "done" (-1 if none).
+# KEYS: the "since" key, then one job hash per event (repeats allowed). ARGV: stale_ms,
+# ttl_seconds, then one sequence per job hash. Registers every event first, then returns how long
+# (ms) the order has been kept, and per event: 1 if an older event of its job is held (fresh
+# entry), else 0; and the job's "done" (-1 if none).
 _TAKE_PLACES = """
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local stale, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
-for i, key in ipairs(KEYS) do
-  redis.call('HSET', key, ARGV[i + 2], now)
-  redis.call('EXPIRE', key, ttl)
+local since = tonumber(redis.call('GET', KEYS[1]) or '-1')
+if since < 0 then
+  redis.call('SET', KEYS[1], now)
+  since = now
 end
-local result = {}
-for i, key in ipairs(KEYS) do
-  local sequence = tonumber(ARGV[i + 2])
+for i = 2, #KEYS do
+  redis.call('HSET', KEYS[i], ARGV[i + 1], now)
+  redis.call('EXPIRE', KEYS[i], ttl)
+end
+local result = {now - since}
+for i = 2, #KEYS do
+  local key = KEYS[i]
+  local sequence = tonumber(ARGV[i + 1])
   local blocked = 0
   local fields = redis.call('HGETALL', key)
   local done = -1
@@ -59,8 +70,8 @@ for i, key in ipairs(KEYS) do
       blocked = 1
     end
   end
-  result[2 * i - 1] = blocked
-  result[2 * i] = done
+  result[2 * i - 2] = blocked
+  result[2 * i - 1] = done
 end
 return result
 """
@@ -101,14 +112,15 @@ class Place:
     sequence: int
     older_held: bool  # an older event of the job is held by someone (maybe us)
     done: int | None  # the highest sequence of the job settled so far
+    kept_seconds: float = float("inf")  # how long Redis has kept the job order (since a loss)
 
     def ready(self, waited_seconds: float, grace_seconds: float) -> bool:
         if self.older_held:
             return False
         if self.done is None:
             # The job's first event, or one of a job whose order Redis no longer has: then an
-            # elder may be out for redelivery, held by nobody.
-            return self.sequence == 0 or waited_seconds >= grace_seconds
+            # elder may be out for redelivery, held by nobody, if the order was lost recently.
+            return self.sequence == 0 or waited_seconds >= grace_seconds or self.kept_seconds >= grace_seconds
         if self.done >= self.sequence - 1:
             return True  # its predecessor is settled
         return waited_seconds >= grace_seconds  # the predecessor may be on its way to a replica
@@ -149,14 +161,15 @@ class JobOrder:
         """Register events as held (in the order given) and say whether each may go now."""
         if not events:
             return []
-        keys = [self.key(event) for event in events]
+        keys = [f"{self._prefix}:order:since", *(self.key(event) for event in events)]
         result = await self._take_places(
             keys=keys, args=[self._stale_ms, self._ttl, *(event.sequence for event in events)]
         )
+        kept = int(result[0]) / 1000
         places = []
         for i, event in enumerate(events):
-            done = int(result[2 * i + 1])
-            places.append(Place(event.sequence, bool(result[2 * i]), None if done < 0 else done))
+            done = int(result[2 * i + 2])
+            places.append(Place(event.sequence, bool(result[2 * i + 1]), None if done < 0 else done, kept))
         return places
 
     async def refresh(self, events: list[JobStatusEvent]) -> None:
