@@ -17,6 +17,15 @@ from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.sink import FeishuSink
 
 
+def covered(sink: FeishuSink) -> int:
+    """How many events the cards the sink received tell of: a digest's title counts its jobs."""
+    total = 0
+    for received in sink.received:
+        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
+        total += int(match.group(1)) if match else 1
+    return total
+
+
 def max_in_window(times: list[float], window: float) -> int:
     return max(sum(1 for t in times if start <= t < start + window) for start in times)
 
@@ -37,15 +46,7 @@ async def test_two_hundred_failures_in_a_minute_become_digests(
         for index in range(200):
             await publish(js, make_event(name=f"flood-{index:03d}", uid=f"uid-{index}"))
 
-        def covered() -> int:
-            total = 0
-            for received in feishu_sink.received:
-                title = received.body["card"]["header"]["title"]["content"]
-                match = re.match(r"(\d+) job updates", title)
-                total += int(match.group(1)) if match else 1
-            return total
-
-        await eventually(lambda: covered() == 201, timeout=20, message="all 201 failures told")
+        await eventually(lambda: covered(feishu_sink) == 201, timeout=20, message="all 201 failures told")
 
         async def acked() -> bool:
             info = await js.consumer_info("JOBS", "notifier")
@@ -108,11 +109,7 @@ async def test_a_burst_with_long_reasons_is_told_whole_within_the_body_limit(
 
         await eventually(acked, timeout=20, message="every event settled")
     assert (await js.stream_info("DEADLETTER")).state.messages == 0  # no digest lost to its size
-    covered = 0
-    for received in feishu_sink.received:
-        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
-        covered += int(match.group(1)) if match else 1
-    assert covered == 101
+    assert covered(feishu_sink) == 101
     assert feishu_sink.answers.get(9499, 0) == 0  # the bot never refused a body as too big
     digest_markdown = next(
         r.body["card"]["body"]["elements"][0]["content"]
@@ -176,16 +173,8 @@ async def test_a_burst_larger_than_the_in_flight_limit_is_told_without_waiting_a
         for index in range(burst):
             await publish(js, make_event(name=f"burst-{index:03d}", uid=f"uid-{index}"))
 
-        def covered() -> int:
-            total = 0
-            for received in feishu_sink.received:
-                title = received.body["card"]["header"]["title"]["content"]
-                match = re.match(r"(\d+) job updates", title)
-                total += int(match.group(1)) if match else 1
-            return total
-
         # The last digest (under the limit) waits out its hold, 10 s; all ten holds would be 100 s.
-        await eventually(lambda: covered() == burst, timeout=30, message=f"all {burst} told")
+        await eventually(lambda: covered(feishu_sink) == burst, timeout=30, message=f"all {burst} told")
 
         async def acked() -> bool:
             info = await js.consumer_info("JOBS", "notifier")
