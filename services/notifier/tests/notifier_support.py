@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -116,6 +117,8 @@ def settings_for(*, nats_url: str, redis_url: str, rules_file: Path, **overrides
         "retry_max_seconds": 2.0,
         "shutdown_grace_seconds": 2.0,
         "instance_id": "test-notifier",
+        # A database of the test's own: silences must not leak from one test into the next.
+        "notifier_database_url": f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='notifier-db-')}/notifier.db",
     }
     values.update(overrides)
     return NotifierSettings(**values)

@@ -74,6 +74,8 @@ class WorkerDeps:
     # Test seam: awaited after a send is recorded as sent and before its messages are settled.
     after_sent: Callable[[list[str]], Awaitable[None]] | None = None
     jitter: Callable[[], float] = field(default=random.random)
+    # The signed "silence this job for 1 h" link of a job's cards, or None (no link secret).
+    silence_link: Callable[[JobStatusEvent], str | None] = field(default=lambda _event: None)
 
 
 def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
@@ -231,6 +233,7 @@ class ChannelWorker:
             event=item.event,
             cluster_name=self.deps.cluster_name(item.event.job.cluster_id),
             link=job_link(self.deps.dashboard_url, item.event),
+            silence_link=self.deps.silence_link(item.event),
             language=config.language,
             mention=mention_for(item.delivery.mention, config.type),
         )
