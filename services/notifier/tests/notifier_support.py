@@ -167,6 +167,9 @@ def notifier_process(env: dict[str, str], log_path: Path) -> subprocess.Popen[by
     """``python -m trainwatch_notifier`` with these TRAINWATCH_* settings, logging to a file."""
     log = log_path.open("ab")
     command = [sys.executable, "-m", "trainwatch_notifier"]
+    # The processes of one test share a database (as replicas do), and no test shares the cwd's.
+    database = f"sqlite+aiosqlite:///{log_path.parent / 'notifier.db'}"
+    env = {"TRAINWATCH_NOTIFIER_DATABASE_URL": database, **env}
     try:
         return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
     finally:
