@@ -7,6 +7,8 @@ what it held; every replica honours a silence created through any of them, and a
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -279,3 +281,61 @@ async def test_every_card_carries_a_signed_silence_link_for_its_job(
     assert f"{parts.scheme}://{parts.netloc}{parts.path}" == "https://dash.example.com/silences/new"
     job, _ = silence_links.verify(LINK_SECRET, dict(parse_qsl(parts.query)))
     assert job == silence_links.JobIdentity("alpha", "team-a", "pytorchjob", "train-1", "uid-train-1")
+
+
+async def test_the_cli_creates_lists_and_expires_silences_and_lists_what_they_suppressed(
+    nats_url: str,
+    redis_url: str,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    from typer.testing import CliRunner
+
+    from trainwatch_registry.cli import app as cli
+
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    notifier = Notifier(settings_for(nats_url=nats_url, redis_url=redis_url, rules_file=rules))
+    runner = CliRunner()
+
+    async def trainwatch(*args: str, token: str = ADMIN) -> Any:
+        env = {
+            "TRAINWATCH_NOTIFIER_URL": f"http://127.0.0.1:{notifier.health_port}",
+            "TRAINWATCH_API_TOKEN": token,
+        }
+        # In a thread: the CLI is synchronous and the notifier answers on this event loop.
+        return await asyncio.to_thread(runner.invoke, cli, ["silences", *args], env=env)
+
+    async with running(notifier):
+        created = await trainwatch(
+            "create", "--cluster", "alpha", "--label", "team=vision", "--for", "2h",
+            "--reason", "upgrading drivers", "--author", "carol", "-o", "json",
+        )  # fmt: skip
+        assert created.exit_code == 0, created.output
+        silence_id = json.loads(created.output)["id"]
+        refused = await trainwatch("create", "--job", "x", "--for", "1h", "--reason", "r", token=VIEWER)
+        assert refused.exit_code == 1
+        assert "403" in refused.output
+        await publish(js, make_event(name="vision-1", labels={"team": "vision"}))
+        await eventually(lambda: all_acked(js), message="acked")
+        listed = await trainwatch("list", "--state", "active", token=VIEWER)
+        assert listed.exit_code == 0, listed.output
+        assert silence_id in listed.output
+        assert "carol" in listed.output
+        assert "cluster=alpha team=vision" in listed.output
+        suppressed = await trainwatch("suppressed", "--silence", silence_id, "-o", "json", token=VIEWER)
+        assert [r["name"] for r in json.loads(suppressed.output)] == ["vision-1"]
+        expired = await trainwatch("expire", silence_id)
+        assert expired.exit_code == 0, expired.output
+        assert "expired" in expired.output
+        after = await trainwatch("list", "--state", "expired", "-o", "json", token=VIEWER)
+        assert [s["id"] for s in json.loads(after.output)] == [silence_id]
+    assert feishu_sink.received == []
+
+
+def test_the_published_openapi_document_is_current() -> None:
+    from trainwatch_notifier.openapi import PUBLISHED, render
+
+    assert PUBLISHED.read_text() == render(), (
+        "docs/openapi/notifier.json is stale: run `uv run python -m trainwatch_notifier.openapi`"
+    )
