@@ -22,6 +22,7 @@ from notifier_support import feishu_rules, make_event, publish, running, setting
 from trainwatch_common import silence_links
 from trainwatch_common.events.diagnosis import Blame, Diagnosis, DiagnosisCategory
 from trainwatch_common.testing import eventually
+from trainwatch_common.testing.servers import PostgresServer
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.sink import FeishuSink
 
@@ -339,3 +340,42 @@ def test_the_published_openapi_document_is_current() -> None:
     assert PUBLISHED.read_text() == render(), (
         "docs/openapi/notifier.json is stale: run `uv run python -m trainwatch_notifier.openapi`"
     )
+
+
+async def test_while_the_database_is_down_events_wait_unacked_and_none_is_sent_or_lost(
+    nats_url: str,
+    redis_url: str,
+    postgres_process: PostgresServer,
+    js: JetStreamContext,
+    feishu_sink: FeishuSink,
+    rules_path: Callable[[str], Path],
+) -> None:
+    rules = rules_path(feishu_rules(feishu_sink.url("ml")))
+    settings = settings_for(
+        nats_url=nats_url, redis_url=redis_url, rules_file=rules, notifier_database_url=postgres_process.url
+    )
+    notifier = Notifier(settings)
+    async with running(notifier):
+        await silence(notifier, {"job": "train-1"})
+        postgres_process.kill()
+        silenced, loud = make_event(name="train-1"), make_event(name="train-2")
+        await publish(js, silenced)
+        await publish(js, loud)
+
+        async def held_unacked() -> bool:
+            # The fetch loop waits for SQL as it waits for Redis, so the second may not be fetched.
+            info = await js.consumer_info("JOBS", "notifier")
+            return info.num_ack_pending >= 1 and info.num_ack_pending + info.num_pending == 2
+
+        await eventually(held_unacked, message="the events fetched and held")
+        async with httpx.AsyncClient() as http:
+            ready = await http.get(f"http://127.0.0.1:{notifier.health_port}/readyz")
+        assert ready.status_code == 503
+        assert ready.json()["checks"]["sql"] != "ok"
+        # Nobody can say whether an event is silenced: nothing goes out, nothing is acked.
+        assert feishu_sink.received == []
+        assert await held_unacked()
+        postgres_process.start()
+        await eventually(lambda: all_acked(js), timeout=60, message="both acked once the database is back")
+        assert titles(feishu_sink) == ["❌ PyTorchJob team-a/train-2 Failed"]
+        assert [r["event_id"] for r in await suppressions(notifier)] == [silenced.event_id]

@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common import JobStatusEvent, ensure_consumer, ensure_streams, silence_links
 from trainwatch_common.auth import ApiTokens, weak_token_reason
+from trainwatch_common.observability.database import database_unavailable
 from trainwatch_common.observability.health import (
     OK,
     HealthServer,
@@ -60,6 +61,22 @@ from trainwatch_notifier.silence_store import SilenceStore
 from trainwatch_notifier.workers import ChannelWorkers
 
 log = logging.getLogger(__name__)
+
+
+async def _migrate_when_reachable(engine: AsyncEngine) -> None:
+    """The schema first; a database that is not up yet (a restart, compose starting everything at
+    once) is waited for with back-off instead of crash-looping the notifier (as the registry does)."""
+    delay = 0.2
+    while True:
+        try:
+            await upgrade_to_head(engine)
+            return
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            log.warning("database not reachable for migrations; retrying", extra={"error": repr(exc)[:300]})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 class Notifier:
@@ -132,7 +149,7 @@ class Notifier:
             raise ValueError(f"refusing to start: TRAINWATCH_SILENCE_LINK_SECRET {weak}")
         self._engine = create_engine(settings.notifier_database_url)
         if settings.notifier_migrate_on_start:
-            await upgrade_to_head(self._engine)
+            await _migrate_when_reachable(self._engine)
         self.silences = SilenceStore(self._engine)
         self._nc = await nats.connect(
             servers=settings.nats_servers(),

@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from trainwatch_common import JobStatusEvent
+from trainwatch_common.observability.database import database_unavailable
 from trainwatch_notifier.silences import Matchers, Silence, first_match
 from trainwatch_notifier.tables import silences, suppressions
 
@@ -188,7 +188,9 @@ class SilenceStore:
         while True:
             try:
                 return await self.suppress(event, payload, channels)
-            except (SQLAlchemyError, OSError) as exc:
+            except Exception as exc:
+                if not database_unavailable(exc):
+                    raise  # a bug, not an outage: retrying would hide it
                 log.warning("silences unavailable, waiting", extra={"error": repr(exc)})
                 await asyncio.sleep(SQL_RETRY_SECONDS)
 
