@@ -176,6 +176,12 @@ def notifier_process(env: dict[str, str], log_path: Path) -> subprocess.Popen[by
         log.close()  # the child has its own copy
 
 
+def consuming(log_path: Path) -> bool:
+    """Whether the subprocess logging to ``log_path`` has started consuming (its start-up, with
+    imports and migrations, takes seconds on a loaded machine: a fixed allowance ran out)."""
+    return log_path.exists() and b"notifier consuming" in log_path.read_bytes()
+
+
 def kill(process: subprocess.Popen[bytes]) -> None:
     """kill -9: no shutdown, no put-back; what the process held comes back after the ack wait."""
     process.send_signal(signal.SIGKILL)
