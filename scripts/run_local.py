@@ -215,6 +215,7 @@ async def run(options: Options) -> None:
     viewer_token = secrets.token_urlsafe(24)
     watcher_token = secrets.token_urlsafe(24)
     feishu_secret = secrets.token_urlsafe(16)
+    silence_link_secret = secrets.token_urlsafe(24)
     token_file = RUN_DIR / "tokens.env"
     token_file.touch(mode=0o600)
     ports = {name: port_or_free(p) for name, p in
@@ -222,10 +223,11 @@ async def run(options: Options) -> None:
               ("watcher-1", 8084), ("watcher-2", 8085), ("feishu-sink", 8090)]}  # fmt: skip
     registry_url = f"http://127.0.0.1:{ports['registry']}"
     query_url = f"http://127.0.0.1:{ports['persister']}"
+    notifier_url = f"http://127.0.0.1:{ports['notifier']}"
     token_file.write_text(  # for the CLI and consumers: `set -a; . .run/tokens.env; set +a`
         f"TRAINWATCH_API_URL={registry_url}\nTRAINWATCH_API_TOKEN={admin_token}\n"
         f"TRAINWATCH_VIEWER_TOKEN={viewer_token}\nTRAINWATCH_QUERY_URL={query_url}\n"
-        f"TRAINWATCH_NATS_URL={nats.url}\n"
+        f"TRAINWATCH_NATS_URL={nats.url}\nTRAINWATCH_NOTIFIER_URL={notifier_url}\n"
     )
     dashboard_url = f"http://127.0.0.1:{ports['dashboard']}"
     dashboard_link = (
@@ -274,6 +276,8 @@ async def run(options: Options) -> None:
             **common, **feishu_env, "TRAINWATCH_HTTP_PORT": str(ports["notifier"]),
             "TRAINWATCH_RULES_FILE": str(options.rules),
             "TRAINWATCH_DASHBOARD_URL": dashboard_url,
+            "TRAINWATCH_NOTIFIER_DATABASE_URL": f"sqlite+aiosqlite:///{RUN_DIR / 'notifier.db'}",
+            "TRAINWATCH_SILENCE_LINK_SECRET": silence_link_secret,
         }),
         # Before the watchers, so that Ctrl-C (reverse order) stops the watchers first: a cluster
         # gone under a running watcher logs "watch failed; retrying" per kind until it stops.
@@ -291,6 +295,7 @@ async def run(options: Options) -> None:
         Child("dashboard", [*python, "trainwatch_dashboard"], {
             **common, "TRAINWATCH_HTTP_PORT": str(ports["dashboard"]),
             "TRAINWATCH_REGISTRY_URL": registry_url, "TRAINWATCH_QUERY_URL": query_url,
+            "TRAINWATCH_NOTIFIER_URL": notifier_url, "TRAINWATCH_SILENCE_LINK_SECRET": silence_link_secret,
             "TRAINWATCH_DASHBOARD_API_TOKEN": viewer_token, "TRAINWATCH_DASHBOARD_ADMIN_TOKEN": admin_token,
         }),
     ]  # fmt: skip

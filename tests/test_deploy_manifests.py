@@ -36,7 +36,7 @@ SERVICES = ("registry", "watcher", "notifier", "persister", "dashboard")
 SETTINGS = {
     "registry": [RegistrySettings, ApiTokens],
     "watcher": [WatcherSettings],
-    "notifier": [NotifierSettings],
+    "notifier": [NotifierSettings, ApiTokens],  # its admin API (silences)
     "persister": [PersisterSettings, ApiTokens],
     "dashboard": [DashboardSettings],
 }
@@ -144,7 +144,12 @@ def test_compose_gives_each_service_only_what_it_reads() -> None:
         assert secret_like <= _env_names(service), f"{service}: {sorted(secret_like - _env_names(service))}"
         assert compose[service]["read_only"] is True
         assert "/tmp" in compose[service]["tmpfs"]
-        assert "TRAINWATCH_ADMIN_TOKENS" not in environment or service in ("registry", "persister")
+        # The notifier's admin API (silences) checks admin tokens as the registry's and persister's do.
+        assert "TRAINWATCH_ADMIN_TOKENS" not in environment or service in (
+            "registry",
+            "persister",
+            "notifier",
+        )
         published = compose[service].get("ports") or []
         if compose[service].get("deploy", {}).get("replicas", 1) > 1:
             fixed = [port for port in published if re.match(r"^(\d+\.){0,4}\d+:\d+", str(port))]

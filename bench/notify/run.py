@@ -144,6 +144,7 @@ async def main() -> None:
         "TRAINWATCH_RULES_FILE": str(rules),
         "TRAINWATCH_HTTP_PORT": str(health_port),
         "TRAINWATCH_LOG_LEVEL": "WARNING",
+        "TRAINWATCH_NOTIFIER_DATABASE_URL": f"sqlite+aiosqlite:///{work / 'notifier.db'}",  # silences
     }
     sink = subprocess.Popen(  # noqa: ASYNC220 - started once, before the measured part
         [sys.executable, "-m", "trainwatch_notifier.sink", "--port", str(sink_port), "--secret", SECRET,

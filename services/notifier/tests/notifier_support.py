@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -116,6 +117,8 @@ def settings_for(*, nats_url: str, redis_url: str, rules_file: Path, **overrides
         "retry_max_seconds": 2.0,
         "shutdown_grace_seconds": 2.0,
         "instance_id": "test-notifier",
+        # A database of the test's own: silences must not leak from one test into the next.
+        "notifier_database_url": f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='notifier-db-')}/notifier.db",
     }
     values.update(overrides)
     return NotifierSettings(**values)
@@ -164,10 +167,19 @@ def notifier_process(env: dict[str, str], log_path: Path) -> subprocess.Popen[by
     """``python -m trainwatch_notifier`` with these TRAINWATCH_* settings, logging to a file."""
     log = log_path.open("ab")
     command = [sys.executable, "-m", "trainwatch_notifier"]
+    # The processes of one test share a database (as replicas do), and no test shares the cwd's.
+    database = f"sqlite+aiosqlite:///{log_path.parent / 'notifier.db'}"
+    env = {"TRAINWATCH_NOTIFIER_DATABASE_URL": database, **env}
     try:
         return subprocess.Popen(command, env={**os.environ, **env}, stdout=log, stderr=log)
     finally:
         log.close()  # the child has its own copy
+
+
+def consuming(log_path: Path) -> bool:
+    """Whether the subprocess logging to ``log_path`` has started consuming (its start-up, with
+    imports and migrations, takes seconds on a loaded machine: a fixed allowance ran out)."""
+    return log_path.exists() and b"notifier consuming" in log_path.read_bytes()
 
 
 def kill(process: subprocess.Popen[bytes]) -> None:

@@ -17,6 +17,7 @@ from notifier_chat_sinks import WEBHOOK_SECRET, ChatSinks
 from notifier_support import (
     all_acked,
     consumer_with_ack_wait,
+    consuming,
     delivery_marker,
     feishu_rules,
     kill,
@@ -104,13 +105,14 @@ async def test_killed_process_between_send_and_ack(
         "TRAINWATCH_UNCONFIRMED_AFTER_SECONDS": "1",
         "TRAINWATCH_LOG_FORMAT": "text",
     }
+    env["TRAINWATCH_NOTIFIER_DATABASE_URL"] = f"sqlite+aiosqlite:///{tmp_path / 'notifier.db'}"
     log = (tmp_path / "notifier.log").open("wb")
     command = [sys.executable, "-m", "trainwatch_notifier"]
     process = subprocess.Popen(command, env=env, stdout=log, stderr=log)  # noqa: ASYNC220 - the process under test
     try:
         await eventually(
-            lambda: all_acked(js), timeout=20, message="the subprocess is consuming"
-        )  # consumer exists and is idle
+            lambda: consuming(tmp_path / "notifier.log"), timeout=60, message="the subprocess is consuming"
+        )
         await publish(js, make_event())
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the bot received it")
         process.send_signal(signal.SIGKILL)
@@ -171,7 +173,9 @@ async def test_killed_while_waiting_on_the_rate_limit_is_sent_after_the_restart(
     process = notifier_process(env, tmp_path / "notifier.log")
     second = make_event(name="second", sequence=4)
     try:
-        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await eventually(
+            lambda: consuming(tmp_path / "notifier.log"), timeout=60, message="the subprocess is consuming"
+        )
         await publish(js, make_event(name="first"))
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the first is sent")
         await publish(js, second)
@@ -223,7 +227,7 @@ async def test_killed_while_backing_off_from_an_outage_is_sent_after_the_restart
     }
     process = notifier_process(env, log_path)
     try:
-        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await eventually(lambda: consuming(log_path), timeout=60, message="the subprocess is consuming")
         await publish(js, make_event())
         await eventually(
             lambda: "send failed, retrying" in log_path.read_text(),
@@ -280,7 +284,7 @@ async def test_killed_after_an_unanswered_attempt_then_a_refusal_is_resent_as_a_
         }
         process = notifier_process(env, log_path)
         try:
-            await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+            await eventually(lambda: consuming(log_path), timeout=60, message="the subprocess is consuming")
             await publish(js, make_event())
             await eventually(
                 lambda: "reason=feishu-rate-limited" in log_path.read_text(),

@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 from notifier_support import (
     all_acked,
     consumer_with_ack_wait,
+    consuming,
     delivery_marker,
     feishu_rules,
     kill,
@@ -75,7 +76,12 @@ async def test_a_jobs_events_keep_their_order_when_a_killed_notifier_held_the_ol
     }
     process = notifier_process(env, tmp_path / "notifier.log")
     try:
-        await eventually(lambda: all_acked(js), timeout=20, message="the subprocess is consuming")
+        await eventually(
+            lambda: consuming(tmp_path / "notifier.log"), timeout=60, message="the subprocess is consuming"
+        )
+        # Without it the Restarting (sequence 1) of a job the order does not know waits the ack wait
+        # plus 5 s for its elder, longer than the token takes, and the kill lands after its send.
+        await settle_first_event(js)
         await publish(js, make_event(name="other-job"))
         await eventually(lambda: len(feishu_sink.received) == 1, timeout=20, message="the bot's token spent")
         await publish(js, restarting)

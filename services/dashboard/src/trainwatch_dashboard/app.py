@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from trainwatch_common.observability.health import health_routes, nats_status
 from trainwatch_common.tasks import ServiceTasks
-from trainwatch_dashboard import admin, pages
+from trainwatch_dashboard import admin, pages, silences
 from trainwatch_dashboard.backends import build_backends
 from trainwatch_dashboard.guard import SignInGuard
 from trainwatch_dashboard.live import Broker, LiveFeed
@@ -157,6 +157,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
         backends = build_backends(
             registry_url=settings.registry_url,
             query_url=settings.query_url,
+            notifier_url=settings.notifier_url,
             viewer_token=settings.dashboard_api_token.get_secret_value(),
             timeout=settings.backend_timeout_seconds,
             transport=transport,
@@ -193,4 +194,5 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
     app.mount("/static", StaticFiles(directory=str(static_dir)), name="static")
     app.include_router(pages.router)
     app.include_router(admin.router)
+    app.include_router(silences.router)
     return app

@@ -1,4 +1,5 @@
-"""HTTP clients for the registry API (clusters) and the persister's query API (jobs).
+"""HTTP clients for the registry API (clusters), the persister's query API (jobs) and the
+notifier's admin API (silences).
 
 The dashboard never imports those services: it talks to them over HTTP with its own viewer
 token, and forwards an admin's token for the calls that change clusters. Responses are kept
@@ -258,11 +259,33 @@ class QueryClient(_Backend):
             raise BackendUnavailable(self.service, type(exc).__name__) from exc
 
 
+class NotifierClient(_Backend):
+    """Silences: list, create, expire; and the suppressions they recorded (issue 18)."""
+
+    service = "notifier"
+
+    async def list_silences(self, state: str = "all") -> list[Json]:
+        return Page.from_body(await self._request("GET", "/v1/silences", params={"state": state})).items
+
+    async def suppressions(self, *, silence_id: str | None = None, limit: int = 100) -> list[Json]:
+        params = {"silence_id": silence_id, "limit": limit}
+        return Page.from_body(await self._request("GET", "/v1/suppressions", params=params)).items
+
+    async def create_silence(self, spec: Json, *, token: str) -> Json:
+        body = await self._request("POST", "/v1/silences", json=spec, token=token)
+        return body if isinstance(body, dict) else {}
+
+    async def expire_silence(self, silence_id: str, *, token: str) -> Json:
+        body = await self._request("POST", f"/v1/silences/{_segment(silence_id)}/expire", token=token)
+        return body if isinstance(body, dict) else {}
+
+
 @dataclass(slots=True)
 class Backends:
     registry: RegistryClient
     query: QueryClient
     clients: list[httpx.AsyncClient]
+    notifier: NotifierClient | None = None
 
     async def aclose(self) -> None:
         for client in self.clients:
@@ -276,16 +299,22 @@ def build_backends(
     viewer_token: str,
     timeout: float,
     transport: httpx.AsyncBaseTransport | None = None,
+    notifier_url: str = "http://127.0.0.1:8083",
 ) -> Backends:
-    """Two clients that present the viewer token unless a call passes an admin token."""
+    """Clients that present the viewer token unless a call passes an admin token."""
 
     def client(base_url: str) -> httpx.AsyncClient:
         headers = {"Authorization": f"Bearer {viewer_token}"} if viewer_token else {}
         return httpx.AsyncClient(base_url=base_url, headers=headers, timeout=timeout, transport=transport)
 
-    registry_client, query_client = client(registry_url), client(query_url)
+    registry_client, query_client, notifier_client = (
+        client(registry_url),
+        client(query_url),
+        client(notifier_url),
+    )
     return Backends(
         registry=RegistryClient(registry_client),
         query=QueryClient(query_client),
-        clients=[registry_client, query_client],
+        clients=[registry_client, query_client, notifier_client],
+        notifier=NotifierClient(notifier_client),
     )

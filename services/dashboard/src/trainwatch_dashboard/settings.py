@@ -11,6 +11,12 @@ class DashboardSettings(ServiceSettings):
     http_port: int = Field(8080, ge=0, le=65535, description="The page, its SSE streams and /healthz")
     registry_url: str = Field("http://127.0.0.1:8081", description="The registry API (clusters)")
     query_url: str = Field("http://127.0.0.1:8082", description="The persister's query API (jobs)")
+    notifier_url: str = Field("http://127.0.0.1:8083", description="The notifier's admin API (silences)")
+    silence_link_secret: SecretStr = Field(
+        SecretStr(""),
+        description="HMAC key of the notifier's 'silence this job for 1 h' links (the notifier's is the "
+        "same); empty: such links are refused",
+    )
     dashboard_api_token: SecretStr = Field(
         SecretStr(""), description="A viewer token the dashboard presents to the registry and query APIs"
     )

@@ -1,4 +1,5 @@
-"""The composition root: clients, rules, cluster directory, channel workers, consumer, health.
+"""The composition root: clients, rules, cluster directory, silences, channel workers, consumer,
+health and the admin API.
 
 The long-running loops (health server, cluster directory, rules, acks, keep-alive, consumer) are
 owned by ``ServiceTasks``: a crash is logged, restarted with back-off and shown in /readyz.
@@ -13,15 +14,20 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import Awaitable, Callable
 
 import httpx
 import nats
+import sqlalchemy as sa
+from fastapi import FastAPI
 from nats.aio.client import Client as NATS
 from redis.asyncio import Redis
-from starlette.applications import Starlette
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from trainwatch_common import ensure_consumer, ensure_streams
+from trainwatch_common import JobStatusEvent, ensure_consumer, ensure_streams, silence_links
+from trainwatch_common.auth import ApiTokens, weak_token_reason
+from trainwatch_common.observability.database import database_unavailable
 from trainwatch_common.observability.health import (
     OK,
     HealthServer,
@@ -39,18 +45,38 @@ from trainwatch_common.streams import (
     ensure_bucket,
 )
 from trainwatch_common.tasks import ServiceTasks
+from trainwatch_notifier import api
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
+from trainwatch_notifier.database import create_engine
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
+from trainwatch_notifier.migrations import upgrade_to_head
 from trainwatch_notifier.order import JobOrder
 from trainwatch_notifier.rules_source import RulesSource
 from trainwatch_notifier.settings import NotifierSettings
+from trainwatch_notifier.silence_store import SilenceStore
 from trainwatch_notifier.workers import ChannelWorkers
 
 log = logging.getLogger(__name__)
+
+
+async def _migrate_when_reachable(engine: AsyncEngine) -> None:
+    """The schema first; a database that is not up yet (a restart, compose starting everything at
+    once) is waited for with back-off instead of crash-looping the notifier (as the registry does)."""
+    delay = 0.2
+    while True:
+        try:
+            await upgrade_to_head(engine)
+            return
+        except Exception as exc:
+            if not database_unavailable(exc):
+                raise
+            log.warning("database not reachable for migrations; retrying", extra={"error": repr(exc)[:300]})
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
 
 
 class Notifier:
@@ -73,6 +99,8 @@ class Notifier:
         self.health_port: int | None = None
         self._nc: NATS | None = None
         self._redis: Redis | None = None
+        self._engine: AsyncEngine | None = None
+        self.silences: SilenceStore | None = None
         self.tasks = ServiceTasks()
 
     async def _redis_ok(self) -> str:
@@ -80,10 +108,31 @@ class Notifier:
             return "not connected yet"
         return OK if await self._redis.ping() else "no PONG"
 
+    async def _sql_ok(self) -> str:
+        if self._engine is None:
+            return "not connected yet"
+        async with self._engine.connect() as conn:
+            await conn.execute(sa.text("SELECT 1"))
+        return OK
+
+    def silence_link(self, event: JobStatusEvent) -> str | None:
+        """The signed "silence this job for 1 h" link of a card, or None without a link secret."""
+        secret = self.settings.silence_link_secret.get_secret_value()
+        if not secret:
+            return None
+        job = event.job
+        identity = silence_links.JobIdentity(
+            cluster=job.cluster_id, namespace=job.namespace, kind=job.kind_key, name=job.name, uid=job.uid
+        )
+        # Whole minutes: the cards of one job rendered in the same minute carry the same link.
+        expires = (int(time.time()) // 60 * 60) + self.settings.silence_link_ttl_seconds
+        return silence_links.link(self.settings.dashboard_url, secret, identity, expires=expires)
+
     def _checks(self) -> dict[str, ReadinessCheck]:
         return {
             "nats": lambda: nats_status(self._nc),
             "redis": self._redis_ok,
+            "sql": self._sql_ok,
             "rules": lambda: OK if self.rules.current is not None else "rules file not loaded",
             "clusters": lambda: OK if self.clusters.loaded.is_set() else "cluster list not read yet",
             "consuming": lambda: OK if self.ready.is_set() else "consumer not started",
@@ -93,6 +142,15 @@ class Notifier:
         """Run until ``stop`` is set, then finish in-flight sends (within the grace) and return."""
         settings = self.settings
         self.rules.load()  # a bad file at start-up is fatal: there are no previous rules to keep
+        tokens = ApiTokens()
+        tokens.refuse_weak()
+        secret = settings.silence_link_secret.get_secret_value()
+        if secret and (weak := weak_token_reason(secret)) is not None:
+            raise ValueError(f"refusing to start: TRAINWATCH_SILENCE_LINK_SECRET {weak}")
+        self._engine = create_engine(settings.notifier_database_url)
+        if settings.notifier_migrate_on_start:
+            await _migrate_when_reachable(self._engine)
+        self.silences = SilenceStore(self._engine)
         self._nc = await nats.connect(
             servers=settings.nats_servers(),
             name=f"notifier {self.instance}",
@@ -106,16 +164,20 @@ class Notifier:
         log.info("redis", extra={"redis": describe_redis(settings)})
         client = self._http_client or httpx.AsyncClient(follow_redirects=False)
         try:
-            await self._serve(stop, self._nc, self._redis, client)
+            await self._serve(stop, self._nc, self._redis, client, tokens)
         finally:
             if self._http_client is None:
                 await client.aclose()
             await self._redis.aclose()
             with contextlib.suppress(Exception):
                 await self._nc.drain()
+            await self._engine.dispose()
 
-    async def _serve(self, stop: asyncio.Event, nc: NATS, redis: Redis, client: httpx.AsyncClient) -> None:
+    async def _serve(
+        self, stop: asyncio.Event, nc: NATS, redis: Redis, client: httpx.AsyncClient, tokens: ApiTokens
+    ) -> None:
         settings = self.settings
+        assert self.silences is not None
         js = nc.jetstream()
         await ensure_streams(js)
         await ensure_consumer(js, NOTIFIER_CONSUMER)
@@ -148,17 +210,19 @@ class Notifier:
             unconfirmed_after_seconds=settings.unconfirmed_after_seconds,
             unconfirmed_policy=settings.unconfirmed_policy,
             after_sent=self._after_sent,
+            silence_link=self.silence_link,
         )
         workers = ChannelWorkers(deps, client)
         assert self.rules.current is not None
         workers.apply(self.rules.current)
         self.rules.on_change = workers.apply
         tasks = self.tasks = ServiceTasks()  # this run's: a stopped owner starts nothing again
-        health = HealthServer(
-            Starlette(routes=health_routes(self._checks(), tasks=tasks)),
-            host=settings.http_host,
-            port=settings.http_port,
-        )
+        web = FastAPI(title="Trainwatch notifier", docs_url=None, redoc_url=None)
+        web.router.routes.extend(health_routes(self._checks(), tasks=tasks))
+        web.include_router(api.router)
+        web.state.tokens = tokens
+        web.state.silences = self.silences
+        health = HealthServer(web, host=settings.http_host, port=settings.http_port)
         durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
         consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)
         ack_wait = consumer_info.config.ack_wait or 60.0  # the consumer's own, which an operator may tune
@@ -171,6 +235,7 @@ class Notifier:
             ruleset=lambda: self.rules.current,
             cluster_labels=self.clusters.labels,
             deadletters=deadletters,
+            silenced=self.silences.suppress_until_sql_answers,
             fetch_batch=settings.fetch_batch,
             max_in_flight=settings.max_in_flight,
             ack_wait_seconds=ack_wait,

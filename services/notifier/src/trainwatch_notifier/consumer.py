@@ -88,6 +88,7 @@ class JobConsumer:
         ruleset: Callable[[], Ruleset | None],
         cluster_labels: Callable[[str], dict[str, str]],
         deadletters: DeadLetters,
+        silenced: Callable[[JobStatusEvent, bytes, list[str]], Awaitable[str | None]] | None = None,
         fetch_batch: int = 100,
         max_in_flight: int = 1000,
         ack_wait_seconds: float = 60.0,
@@ -99,6 +100,7 @@ class JobConsumer:
         self._ruleset = ruleset
         self._cluster_labels = cluster_labels
         self._deadletters = deadletters
+        self._silenced = silenced
         self._fetch_batch = fetch_batch
         self._grace = ack_wait_seconds + ORDER_GRACE_MARGIN_SECONDS
         self._max_in_flight = max_in_flight
@@ -306,6 +308,15 @@ class JobConsumer:
             metrics.EVENTS.labels("unmatched").inc()
             await self._settled(pending, retry=False)
             return
+        if self._silenced is not None:
+            # The silence hook (issue 18): a silenced event's suppression is recorded (durably,
+            # before the ack) instead of handing it to any channel.
+            silence = await self._silenced(event, pending.msg.data, [d.channel for d in deliveries])
+            if silence is not None:
+                metrics.EVENTS.labels("silenced").inc()
+                log.info("event silenced", extra={"event_id": event.event_id, "silence": silence})
+                await self._settled(pending, retry=False)
+                return
         metrics.EVENTS.labels("routed").inc()
         pending.expect(len(deliveries))
         for delivery in deliveries:

@@ -82,6 +82,8 @@ class WorkerDeps:
     # more until some are settled, so a digest being collected is sent at once instead of waiting
     # out its hold (which capped a burst at max_in_flight events per hold_seconds).
     in_flight_full: asyncio.Event = field(default_factory=asyncio.Event)
+    # The signed "silence this job for 1 h" link of a job's cards, or None (no link secret).
+    silence_link: Callable[[JobStatusEvent], str | None] = field(default=lambda _event: None)
 
 
 def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
@@ -243,6 +245,7 @@ class ChannelWorker:
             event=item.event,
             cluster_name=self.deps.cluster_name(item.event.job.cluster_id),
             link=job_link(self.deps.dashboard_url, item.event),
+            silence_link=self.deps.silence_link(item.event),
             language=config.language,
             mention=mention_for(item.delivery.mention, config.type),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from trainwatch_common import ServiceSettings
 
@@ -17,6 +17,20 @@ class NotifierSettings(ServiceSettings):
     )
     rules_poll_seconds: float = Field(1.0, gt=0, description="How often the rules file's mtime is checked")
     dashboard_url: str = Field("http://127.0.0.1:8080", description="Base URL of the dashboard for job links")
+    notifier_database_url: str = Field(
+        "sqlite+aiosqlite:///./.run/notifier.db",
+        description="Silences and suppressions (SQL, shared by the replicas): sqlite+aiosqlite:///... "
+        "(one host) or postgresql+asyncpg://...",
+    )
+    notifier_migrate_on_start: bool = Field(True, description="Run Alembic migrations to head at start-up")
+    silence_link_secret: SecretStr = Field(
+        SecretStr(""),
+        description="HMAC key of the 'silence this job for 1 h' links (the dashboard's is the same); "
+        "empty: cards carry no such link",
+    )
+    silence_link_ttl_seconds: int = Field(
+        7 * 24 * 3600, gt=0, description="How long a card's silence link can be used"
+    )
 
     redis_prefix: str = Field("trainwatch", description="Prefix of the notifier's Redis keys")
     redis_max_connections: int = Field(

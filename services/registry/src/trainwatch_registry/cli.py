@@ -10,8 +10,13 @@
 
     trainwatch jobs list [--cluster C] [--kind K] [--phase P] [--since 2h] | get C JOB | timeline C JOB
 
+    trainwatch silences create [--cluster C] [--namespace N] [--kind K] [--job NAME|UID] [--owner O]
+        [--label k=v] [--category OOMKilled] --for 2h --reason TEXT [--author NAME]
+    trainwatch silences list [--state active|expired|all] | expire ID | suppressed [--silence ID]
+
 The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN;
-the jobs commands read the persister's query API at --query-url or TRAINWATCH_QUERY_URL.
+the jobs commands read the persister's query API at --query-url or TRAINWATCH_QUERY_URL, the
+silences commands the notifier's admin API at --notifier-url or TRAINWATCH_NOTIFIER_URL.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ clusters = typer.Typer(no_args_is_help=True, help="Clusters under management.")
 app.add_typer(clusters, name="clusters")
 jobs = typer.Typer(no_args_is_help=True, help="Jobs, from the persister's query API.")
 app.add_typer(jobs, name="jobs")
+silences = typer.Typer(no_args_is_help=True, help="Silences, from the notifier's admin API.")
+app.add_typer(silences, name="silences")
 
 
 def _version(value: bool) -> None:
@@ -914,6 +921,153 @@ def rotate_token(
             f"rotated the token of [bold]{cluster_id}[/]: revision {result['revision']}, expires {expires}",
             highlight=False,
         )
+
+
+# -- silences: the notifier's admin API ------------------------------------------------------
+
+NotifierUrl = Annotated[
+    str,
+    typer.Option(
+        "--notifier-url", envvar="TRAINWATCH_NOTIFIER_URL", help="The notifier's admin API base URL"
+    ),
+]
+DEFAULT_NOTIFIER_URL = "http://127.0.0.1:8083"
+NOTIFIER_API = "the notifier (--notifier-url or TRAINWATCH_NOTIFIER_URL)"
+_DURATION = re.compile(r"^(\d+)\s*([mhd])$")
+
+
+def _duration(value: str) -> int:
+    """``30m``, ``2h``, ``7d`` -> seconds."""
+    if match := _DURATION.match(value.strip()):
+        return int(match.group(1)) * {"m": 60, "h": 3600, "d": 86400}[match.group(2)]
+    raise typer.BadParameter(f"{value!r} is not a duration (30m, 2h, 7d)")
+
+
+def _matchers_text(matchers: dict[str, Any]) -> str:
+    parts = [f"{k}={v}" for k, v in matchers.items() if v and k != "labels"]
+    parts += [f"{k}={v}" for k, v in (matchers.get("labels") or {}).items()]
+    return " ".join(parts)
+
+
+@silences.command("create")
+def silences_create(
+    reason: Annotated[str, typer.Option("--reason", help="Why (shown with the silence)")],
+    duration: Annotated[int, typer.Option("--for", help="How long: 30m, 2h, 7d", parser=_duration)],
+    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster id")] = None,
+    namespace: Annotated[str | None, typer.Option("--namespace", "-n")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="Kind key or kind, e.g. pytorchjob")] = None,
+    job: Annotated[str | None, typer.Option("--job", help="The job's name or uid")] = None,
+    owner: Annotated[str | None, typer.Option("--owner")] = None,
+    label: Labels = None,
+    category: Annotated[
+        str | None, typer.Option("--category", help="Diagnosis category, e.g. OOMKilled")
+    ] = None,
+    author: Annotated[
+        str | None, typer.Option("--author", help="Who asks (default: $USER; the token's id is recorded too)")
+    ] = None,
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """Silence the notifications of the jobs that match all the given matchers (admin token)."""
+    matchers: dict[str, Any] = {
+        k: v
+        for k, v in (
+            ("cluster", cluster), ("namespace", namespace), ("kind", kind), ("job", job),
+            ("owner", owner), ("category", category),
+        )
+        if v
+    }  # fmt: skip
+    if label:
+        matchers["labels"] = _labels(label)
+    body = {
+        "matchers": matchers,
+        "reason": reason,
+        "author": author or os.environ.get("USER") or None,
+        "duration_seconds": duration,
+    }
+    created = _call(notifier_url, token, "POST", "/v1/silences", service=NOTIFIER_API, json=body)
+    if _emit(created, output):
+        return
+    out.print(
+        f"silence {escape(created['id'])} ({escape(_matchers_text(created['matchers']))}) "
+        f"until {escape(created['ends_at'])}"
+    )
+
+
+@silences.command("list")
+def silences_list(
+    state: Annotated[str, typer.Option("--state", help="active, expired or all")] = "all",
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """Silences, newest first; expired ones stay listed as expired."""
+    items = _call(notifier_url, token, "GET", "/v1/silences", service=NOTIFIER_API, params={"state": state})[
+        "items"
+    ]
+    if _emit(items, output):
+        return
+    table = Table("ID", "STATE", "MATCHES", "AUTHOR", "REASON", "ENDS")
+    for item in items:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    item["id"], item["state"], _matchers_text(item["matchers"]), item["author"],
+                    item["reason"], item["ends_at"],
+                ),
+            )
+        )  # fmt: skip
+    out.print(table)
+    out.print(f"{len(items)} silence(s)")
+
+
+@silences.command("expire")
+def silences_expire(
+    silence_id: Annotated[str, typer.Argument(metavar="ID")],
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """End a silence now (admin token). Nothing it already suppressed is sent."""
+    path = f"/v1/silences/{quote(silence_id, safe='')}/expire"
+    expired = _call(notifier_url, token, "POST", path, service=NOTIFIER_API)
+    if _emit(expired, output):
+        return
+    out.print(f"silence {escape(expired['id'])} {escape(expired['state'])} at {escape(expired['ends_at'])}")
+
+
+@silences.command("suppressed")
+def silences_suppressed(
+    silence: Annotated[str | None, typer.Option("--silence", help="Only this silence's")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=1000)] = 100,
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """The notifications silences held back, newest first."""
+    params: dict[str, Any] = {"limit": limit}
+    if silence:
+        params["silence_id"] = silence
+    items = _call(notifier_url, token, "GET", "/v1/suppressions", service=NOTIFIER_API, params=params)[
+        "items"
+    ]
+    if _emit(items, output):
+        return
+    table = Table("AT", "CLUSTER", "NAMESPACE", "NAME", "PHASE", "SILENCE", "EVENT")
+    for item in items:
+        table.add_row(
+            *map(
+                escape,
+                (
+                    item["suppressed_at"], item["cluster_id"], item["namespace"], item["name"],
+                    item["phase"], item["silence_id"], item["event_id"],
+                ),
+            )
+        )  # fmt: skip
+    out.print(table)
+    out.print(f"{len(items)} suppressed notification(s)")
 
 
 # -- jobs: the persister's query API ---------------------------------------------------------

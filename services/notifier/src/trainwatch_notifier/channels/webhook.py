@@ -31,6 +31,8 @@ class WebhookChannel(HttpChannel):
         body = wrap_job_event(facts.event).model_dump(mode="json", exclude_none=True)
         # CloudEvents extension attributes: lower-case alphanumerics only.
         body["trainwatchlink"] = facts.link
+        if facts.silence_link:
+            body["trainwatchsilencelink"] = facts.silence_link
         if facts.mention is not None:
             body["trainwatchowner"] = facts.mention.name
         reason = facts.reason_line()

@@ -41,6 +41,7 @@ LABELS: dict[Language, dict[str, str]] = {
         "restarts": "Restarts",
         "owner": "Owner",
         "open": "Open in dashboard",
+        "silence": "Silence this job for 1 h",
         "title": "{kind} {namespace}/{name} {phase}",
         "digest_title": "{count} job updates in {seconds}s",
         "digest_more": "…and {count} more",
@@ -63,6 +64,7 @@ LABELS: dict[Language, dict[str, str]] = {
         "restarts": "重启次数",
         "owner": "负责人",
         "open": "在控制台查看",
+        "silence": "静默此任务 1 小时",
         "title": "训练任务{phase}: {kind} {namespace}/{name}",
         "digest_title": "{seconds} 秒内 {count} 个任务状态变化",
         "digest_more": "……另有 {count} 个",
@@ -145,6 +147,8 @@ class JobFacts:
     warnings_text: str | None = None
     log_text: str | None = None
     evidence_chars: int = why.VALUE_MAX_CHARS  # each evidence value; lowered only if all else is cut
+    # The signed dashboard link that offers to silence this job for an hour (issue 18); None: none.
+    silence_link: str | None = None
 
     def label(self, key: str) -> str:
         return LABELS[self.language][key]

@@ -46,24 +46,28 @@ def _post_language(facts_language: str) -> str:
     return "zh_cn" if facts_language == "zh-CN" else "en_us"
 
 
-def _card(title: str, colour: str, markdown: str, link: str, button: str) -> Body:
+def _button(text: str, link: str, kind: str) -> dict[str, Any]:
+    return {
+        "tag": "button",
+        "text": {"tag": "plain_text", "content": text},
+        "type": kind,
+        "behaviors": [{"type": "open_url", "default_url": link}],
+    }
+
+
+def _card(
+    title: str, colour: str, markdown: str, link: str, button: str, silence: tuple[str, str] | None = None
+) -> Body:
+    buttons = [_button(button, link, "primary")]
+    if silence is not None:  # a plain URL button: custom bots have no card callbacks
+        buttons.append(_button(silence[0], silence[1], "default"))
     return {
         "msg_type": "interactive",
         "card": {
             "schema": "2.0",
             "config": {"update_multi": True},
             "header": {"title": {"tag": "plain_text", "content": title}, "template": colour},
-            "body": {
-                "elements": [
-                    {"tag": "markdown", "content": markdown},
-                    {
-                        "tag": "button",
-                        "text": {"tag": "plain_text", "content": button},
-                        "type": "primary",
-                        "behaviors": [{"type": "open_url", "default_url": link}],
-                    },
-                ]
-            },
+            "body": {"elements": [{"tag": "markdown", "content": markdown}, *buttons]},
         },
     }
 
@@ -84,6 +88,8 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
             lines += [facts.log_title() + ":", *(f"  {line}" for line in facts.log())]
         paragraphs: list[list[dict[str, Any]]] = [[{"tag": "text", "text": line}] for line in lines]
         paragraphs.append([{"tag": "a", "text": facts.label("open"), "href": facts.link}])
+        if facts.silence_link:
+            paragraphs.append([{"tag": "a", "text": facts.label("silence"), "href": facts.silence_link}])
         if facts.mention and facts.mention.user_id:
             paragraphs.append(
                 [{"tag": "at", "user_id": facts.mention.user_id, "user_name": facts.mention.name}]
@@ -96,7 +102,10 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
     markdown = text.markdown(  # the button carries the link
         facts, message, markup=text.FEISHU_MARKDOWN, mention=mention, link=False
     )
-    return _card(f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"))
+    silence = (facts.label("silence"), facts.silence_link) if facts.silence_link else None
+    return _card(
+        f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"), silence
+    )
 
 
 def message_body(facts: JobFacts, body_format: str, *, max_bytes: int = MAX_BODY_BYTES) -> Body:

@@ -18,14 +18,18 @@ def _mention(mention: Mention | None) -> str:
     return f"<@{mention.user_id}>" if mention.user_id else f"@{mention.name}"
 
 
-def _blocks(title: str, section: str, link: str, button: str) -> list[dict[str, Any]]:
+def _blocks(
+    title: str, section: str, link: str, button: str, silence: tuple[str, str] | None = None
+) -> list[dict[str, Any]]:
+    buttons = [{"type": "button", "text": {"type": "plain_text", "text": button}, "url": link}]
+    if silence is not None:
+        buttons.append(
+            {"type": "button", "text": {"type": "plain_text", "text": silence[0]}, "url": silence[1]}
+        )
     return [
         {"type": "header", "text": {"type": "plain_text", "text": title[:150], "emoji": True}},
         {"type": "section", "text": {"type": "mrkdwn", "text": section}},
-        {
-            "type": "actions",
-            "elements": [{"type": "button", "text": {"type": "plain_text", "text": button}, "url": link}],
-        },
+        {"type": "actions", "elements": buttons},
     ]
 
 
@@ -40,7 +44,9 @@ def message_body(facts: JobFacts) -> Body:
     fitted = fit_job(lambda trimmed: len(_section(trimmed)), facts, SECTION_MAX_CHARS)
     title = f"{fitted.icon} {fitted.title()}"
     fallback = f"{title} {_mention(fitted.mention)}".strip()
-    return {"text": fallback, "blocks": _blocks(title, _section(fitted), fitted.link, fitted.label("open"))}
+    silence = (fitted.label("silence"), fitted.silence_link) if fitted.silence_link else None
+    blocks = _blocks(title, _section(fitted), fitted.link, fitted.label("open"), silence)
+    return {"text": fallback, "blocks": blocks}
 
 
 def _digest_section(digest: DigestFacts) -> str:

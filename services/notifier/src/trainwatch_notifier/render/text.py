@@ -95,6 +95,8 @@ def markdown(
         lines.append(markup.log_block(log))
     if link:
         lines.append(markup.link(facts.label("open"), facts.link))
+        if facts.silence_link:
+            lines.append(markup.link(facts.label("silence"), facts.silence_link))
     if mention:
         lines.append(mention)
     return "\n".join(lines)
@@ -118,6 +120,8 @@ def plain(
         lines.append(escape(facts.log_title()) + ":")
         lines += [f"  {escape(line)}" for line in log]
     lines.append(f"{facts.label('open')}: {facts.link}")
+    if facts.silence_link:
+        lines.append(f"{facts.label('silence')}: {facts.silence_link}")
     if mention:
         lines.append(mention)
     return "\n".join(lines)

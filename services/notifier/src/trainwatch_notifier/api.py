@@ -1,0 +1,165 @@
+"""The notifier's admin API on its HTTP port: silences and what they suppressed (issue 18).
+
+Tokens are the platform's (``TRAINWATCH_ADMIN_TOKENS`` / ``TRAINWATCH_VIEWER_TOKENS``, as the
+registry's and the persister's APIs take them): creating or expiring a silence needs an admin
+token, listing a viewer's (or an admin's). Every change is logged with the short id of the token
+that made it, never the token.
+
+    POST /v1/silences                  create (admin)         201 the silence
+    GET  /v1/silences?state=           list, newest first (viewer): active | expired | all
+    GET  /v1/silences/{id}             one (viewer)
+    POST /v1/silences/{id}/expire      end it now (admin); nothing it suppressed is re-sent
+    GET  /v1/suppressions?silence_id=  what silences held back, newest first (viewer)
+"""
+
+# No "from __future__ import annotations": FastAPI reads the dependencies' annotations at run time.
+import logging
+from datetime import datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.security import HTTPAuthorizationCredentials
+from pydantic import BaseModel, Field, model_validator
+
+from trainwatch_common.api_auth import bearer_scheme, client_address, require_role
+from trainwatch_common.auth import Role, token_id
+from trainwatch_notifier.silence_store import SilenceStore
+from trainwatch_notifier.silences import MAX_DURATION_SECONDS, Matchers, Silence
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/v1")
+_bearer = bearer_scheme("A token from TRAINWATCH_{ADMIN,VIEWER}_TOKENS")
+AdminDep = Annotated[Role, Depends(require_role(Role.ADMIN, _bearer, log))]
+ViewerDep = Annotated[Role, Depends(require_role(Role.VIEWER, _bearer, log))]
+
+
+def _store(request: Request) -> SilenceStore:
+    store: SilenceStore | None = getattr(request.app.state, "silences", None)
+    if store is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the notifier is starting or stopping")
+    return store
+
+
+StoreDep = Annotated[SilenceStore, Depends(_store)]
+
+
+def _actor(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]) -> str:
+    return token_id(credentials.credentials) if credentials else "-"
+
+
+ActorDep = Annotated[str, Depends(_actor)]
+
+
+class SilenceRequest(BaseModel):
+    model_config = {"extra": "forbid"}
+
+    matchers: Matchers
+    reason: str = Field(min_length=1, max_length=2000)
+    author: str | None = Field(
+        None, max_length=200, description="Who asks; the token's id when left out (and always recorded)"
+    )
+    duration_seconds: int | None = Field(None, gt=0, le=MAX_DURATION_SECONDS)
+    ends_at: datetime | None = Field(None, description="Instead of duration_seconds; with a time zone")
+
+    @model_validator(mode="after")
+    def _one_end(self) -> "SilenceRequest":
+        if (self.duration_seconds is None) == (self.ends_at is None):
+            raise ValueError("give exactly one of duration_seconds and ends_at")
+        if self.ends_at is not None and self.ends_at.tzinfo is None:
+            raise ValueError("ends_at needs a time zone (e.g. 2026-12-01T20:00:00Z)")
+        return self
+
+
+class SilenceView(BaseModel):
+    id: str
+    state: Literal["active", "expired"]
+    matchers: Matchers
+    author: str
+    created_by: str
+    reason: str
+    created_at: datetime
+    ends_at: datetime
+    expired_by: str | None
+
+    @classmethod
+    def of(cls, silence: Silence, now: datetime) -> "SilenceView":
+        return cls(
+            state=silence.state(now), **silence.model_dump(exclude={"matchers"}), matchers=silence.matchers
+        )
+
+
+@router.post("/silences", status_code=status.HTTP_201_CREATED, response_model=SilenceView)
+async def create_silence(
+    body: SilenceRequest, request: Request, store: StoreDep, _: AdminDep, actor: ActorDep
+) -> SilenceView:
+    now = store.clock()
+    ends_at = (
+        body.ends_at if body.ends_at is not None else now + timedelta(seconds=body.duration_seconds or 0)
+    )
+    if ends_at <= now:
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "ends_at is in the past")
+    if ends_at - now > timedelta(seconds=MAX_DURATION_SECONDS):
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_ENTITY, "a silence lasts at most 90 days")
+    author = (body.author or "").strip() or f"token:{actor}"
+    silence = await store.create(
+        body.matchers, author=author, created_by=actor, reason=body.reason.strip(), ends_at=ends_at
+    )
+    log.info(
+        "silence created",
+        extra={
+            "silence": silence.id,
+            "actor": actor,
+            "client": client_address(request),
+            "until": str(ends_at),
+        },
+    )
+    return SilenceView.of(silence, store.clock())
+
+
+@router.get("/silences")
+async def list_silences(
+    store: StoreDep,
+    _: ViewerDep,
+    state: Literal["active", "expired", "all"] = "all",
+    limit: Annotated[int, Query(ge=1, le=1000)] = 200,
+) -> dict[str, Any]:
+    now = store.clock()
+    found = await store.list_silences(state, limit=limit)
+    return {"items": [SilenceView.of(s, now).model_dump(mode="json") for s in found]}
+
+
+@router.get("/silences/{silence_id}", response_model=SilenceView)
+async def get_silence(silence_id: str, store: StoreDep, _: ViewerDep) -> SilenceView:
+    silence = await store.get(silence_id)
+    if silence is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no silence {silence_id!r}")
+    return SilenceView.of(silence, store.clock())
+
+
+@router.post("/silences/{silence_id}/expire", response_model=SilenceView)
+async def expire_silence(
+    silence_id: str, request: Request, store: StoreDep, _: AdminDep, actor: ActorDep
+) -> SilenceView:
+    silence = await store.expire(silence_id, by=actor)
+    if silence is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no silence {silence_id!r}")
+    log.info(
+        "silence expired", extra={"silence": silence_id, "actor": actor, "client": client_address(request)}
+    )
+    return SilenceView.of(silence, store.clock())
+
+
+@router.get("/suppressions")
+async def list_suppressions(
+    store: StoreDep,
+    _: ViewerDep,
+    silence_id: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    before: Annotated[int | None, Query(ge=1, description="The id of the previous page's last row")] = None,
+) -> dict[str, Any]:
+    items = await store.suppressions(silence_id=silence_id, limit=limit, before=before)
+    next_before = items[-1]["id"] if len(items) == limit else None
+    return {
+        "items": [{**item, "suppressed_at": item["suppressed_at"].isoformat()} for item in items],
+        "next_before": next_before,
+    }
