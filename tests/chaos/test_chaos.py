@@ -1,5 +1,6 @@
 """The short chaos run (issue 13) and the ha run on a NATS cluster (issue 17) as tests (marker
-``chaos``): ``make test TEST_MARKERS=`` runs them.
+``chaos``). ``make test`` runs the short one; the ha one (marker ``nats_cluster``, ~3-4 min
+more) runs with ``make test TEST_MARKERS=`` or ``make chaos-nats``.
 
 The run is a process of its own (``python -m chaos --mode short``), exactly as
 ``make chaos-short`` runs it, with a fixed seed (``CHAOS_SEED`` overrides it) so a failure is
@@ -43,6 +44,7 @@ def test_the_short_chaos_run_loses_repeats_and_reorders_nothing(tmp_path: Path) 
     run_chaos(tmp_path, "short", timeout=540)
 
 
+@pytest.mark.nats_cluster
 @pytest.mark.timeout(600)
 def test_a_node_killed_and_rolled_on_a_nats_cluster_loses_and_repeats_nothing(tmp_path: Path) -> None:
     """Issue 17: the ha mode on a three-node JetStream cluster (streams R3): kill -9 the JOBS
