@@ -12,8 +12,8 @@ import sqlalchemy as sa
 from alembic import command
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from trainwatch_common.sql_engine import async_url
 from trainwatch_persister.migrate import MIGRATIONS as PERSISTER
-from trainwatch_registry.database import async_url
 from trainwatch_registry.migrations import MIGRATIONS as REGISTRY
 
 PERSISTER_HEAD = "0005"
@@ -80,7 +80,7 @@ async def test_persister_first_then_registry(engines: Callable[[], AsyncEngine])
 _MIGRATE_IN_A_PROCESS = """
 import asyncio, sys
 from sqlalchemy.ext.asyncio import create_async_engine
-from trainwatch_registry.database import async_url
+from trainwatch_common.sql_engine import async_url
 if sys.argv[1] == "registry":
     from trainwatch_registry.migrations import MIGRATIONS
 else:

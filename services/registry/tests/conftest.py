@@ -20,9 +20,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from trainwatch_common.auth import ApiTokens
 from trainwatch_common.leases import LEASE_PROOF_HEADER, LeaseManager, new_holder
+from trainwatch_common.sql_engine import async_url
 from trainwatch_registry.app import create_app
 from trainwatch_registry.crypto import Encryptor
-from trainwatch_registry.database import async_url
 from trainwatch_registry.settings import RegistrySettings
 from trainwatch_registry.tables import clusters, outbox
 

@@ -17,8 +17,8 @@ from conftest import make_settings, running_registry
 from registry_kubeconfigs import ADMIN, VIEWER, create_body
 
 from trainwatch_common import ClusterHealth, cluster_health_subject, wrap_cluster_health
+from trainwatch_common.sql_engine import async_url
 from trainwatch_common.testing import PostgresServer, eventually
-from trainwatch_registry.database import async_url
 
 
 async def test_postgres_restart_only_delays_the_registry(

@@ -37,6 +37,7 @@ from trainwatch_common.observability.health import (
 )
 from trainwatch_common.redis_connection import describe as describe_redis
 from trainwatch_common.redis_connection import redis_client
+from trainwatch_common.sql_engine import create_engine
 from trainwatch_common.streams import (
     NOTIFIER_CONSUMER,
     NOTIFIER_DELIVERIES_BUCKET,
@@ -48,7 +49,6 @@ from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier import api
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
-from trainwatch_notifier.database import create_engine
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps

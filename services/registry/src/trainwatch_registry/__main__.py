@@ -71,9 +71,9 @@ def generate_key() -> None:
 
 
 async def _with_registry(action: str, settings: RegistrySettings) -> None:
+    from trainwatch_common.sql_engine import create_engine
     from trainwatch_registry.app import intake_policy
     from trainwatch_registry.crypto import Encryptor
-    from trainwatch_registry.database import create_engine
     from trainwatch_registry.importer import import_directory
     from trainwatch_registry.migrations import upgrade_to_head
     from trainwatch_registry.registrations import Registry

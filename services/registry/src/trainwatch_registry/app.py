@@ -28,6 +28,7 @@ from trainwatch_common.observability.database import (
 )
 from trainwatch_common.observability.health import OK, health_routes
 from trainwatch_common.redis_connection import redis_client
+from trainwatch_common.sql_engine import create_engine
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_registry.addresses import AddressPolicy
 from trainwatch_registry.api.deps import ConnectivityCheck, Services
@@ -36,7 +37,6 @@ from trainwatch_registry.api.routes import clusters
 from trainwatch_registry.bus import Bus
 from trainwatch_registry.connectivity import check_connectivity
 from trainwatch_registry.crypto import Encryptor
-from trainwatch_registry.database import create_engine
 from trainwatch_registry.expiry import ExpiryMonitor
 from trainwatch_registry.health_consumer import HealthConsumer
 from trainwatch_registry.importer import import_directory

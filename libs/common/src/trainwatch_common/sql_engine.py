@@ -1,6 +1,5 @@
-"""The SQL engine of the silences: PostgreSQL (asyncpg) in production, SQLite (aiosqlite) embedded.
-
-The same small adapter as the registry's (services do not import each other)."""
+"""The SQL engine of the services that keep their own SQL (registry, notifier): PostgreSQL (asyncpg)
+in production, SQLite (aiosqlite) as the embedded default."""
 
 from __future__ import annotations
 
@@ -24,10 +23,6 @@ def async_url(url: str) -> str:
     return url
 
 
-def is_sqlite(engine: AsyncEngine) -> bool:
-    return engine.dialect.name == "sqlite"
-
-
 def create_engine(url: str) -> AsyncEngine:
     parsed = make_url(async_url(url))
     if parsed.get_backend_name() == "sqlite":
@@ -44,7 +39,8 @@ def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     # WAL lets readers proceed during a write; the busy timeout makes writers queue, not fail.
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
-    # NORMAL in WAL mode: a commit survives a process crash (what a suppression record relies on); only a
+    # NORMAL in WAL mode: a commit survives a process crash (what the registry's outbox and the
+    # notifier's suppression records rely on); only a
     # power loss can undo the last commits. FULL would fsync on every commit.
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA busy_timeout=30000")
