@@ -48,3 +48,5 @@ def test_unnamed_and_named_leftover_tasks_fail_and_a_clean_test_passes(pytester:
             "E * test left tasks running: ?'my worker (forever)'?",
         ]
     )
+    # Where it waits, down to the await that never ends: what a test cut short by its timeout needs.
+    result.stdout.fnmatch_lines(["E * my worker (forever) waits at:", "E */test_leaks.py:6 in forever"])

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from trainwatch_common.observability.task_dump import await_chain
 from trainwatch_common.testing.containers import container_url
 from trainwatch_common.testing.servers import (
     ExternalServer,
@@ -265,10 +266,16 @@ async def _no_leftover_tasks() -> AsyncIterator[None]:
         for task in asyncio.all_tasks() - before
         if task is not asyncio.current_task() and not task.done() and not _library_task(task)
     ]
+    # Where each one waits, taken before the cancellation unwinds it: a test cut short by its
+    # timeout shows here the await that never ended (the timeout's own stack is the event loop's).
+    waits = "".join(
+        f"\n{_task_label(task)} waits at:" + "".join(f"\n  {where}" for where in await_chain(task.get_coro()))
+        for task in sorted(leftovers, key=_task_label)
+    )
     for task in leftovers:
         task.cancel()
     if leftovers:
-        pytest.fail(f"test left tasks running: {sorted(_task_label(t) for t in leftovers)}")
+        pytest.fail(f"test left tasks running: {sorted(_task_label(t) for t in leftovers)}{waits}")
 
 
 def _library_task(task: asyncio.Task[Any]) -> bool:
