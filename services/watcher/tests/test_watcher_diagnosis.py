@@ -419,6 +419,49 @@ async def test_a_failed_link_list_of_a_resumed_informer_is_retried_and_the_late_
     assert (events[-1].change, events[-1].previous_phase) == ("diagnosis", events[-1].phase)
 
 
+async def test_a_link_list_whose_continue_token_expired_relists_and_the_late_evidence_still_diagnoses(
+    sim: kubesim.Simulator, registry: FakeRegistry, watcher: RunningWatcher, job_events: JobEvents
+) -> None:
+    """The link LIST of a resumed informer pages (limit/continue). When etcd compacts between two
+    pages, the next page is refused 410 Expired: the resume's resourceVersion is gone too, so the
+    watch that follows is refused the same way and the informer relists, which links every job.
+    Nothing may be left unlinked: the Event that arrives later still diagnoses the job."""
+    cluster = await sim.add_cluster("relink-expired", seed=6)
+    cluster.forbid("events")
+    await registry.add(cluster)
+    watcher.settings = watcher.settings.model_copy(update={"list_page_size": 1})
+    await watcher.start()
+    await watcher.wait_synced("relink-expired", informers=len(cluster.kinds))
+    driver = kubesim.ScenarioDriver(cluster, seed=6, rate=None)
+    truths = [await driver.run_diagnosis("JobSet", "QuotaExceeded") for _ in range(2)]
+    assert [t.category for t in truths] == ["QuotaExceeded", "QuotaExceeded"]
+    await eventually(
+        lambda: all(_by_uid(job_events, "relink-expired").get(t.uid) for t in truths),
+        message="both JobSets' first events",
+    )
+    await watcher.stop()  # gracefully: the next start resumes from the checkpoint
+
+    compacted: list[int] = []
+
+    def compact_before_the_second_link_page(method: str, path: str, query: Mapping[str, str]) -> bool:
+        # Not an injected answer: etcd compacts just before the link LIST's second page (its
+        # first page was read at the resume's version), and kubesim's own LIST answers 410.
+        if path.endswith(f"/{kubesim.JOBSET.plural}") and "continue" in query and not compacted:
+            compacted.append(cluster.compact())
+        return False
+
+    cluster.faults.error_responses(500, only=compact_before_the_second_link_page)
+    cluster.allow("events")
+    await watcher.start()
+    await watcher.wait_synced("relink-expired", informers=len(cluster.kinds))
+    assert compacted, "the link LIST never asked for a second page"
+    await _wait_diagnoses(job_events, truths, "relink-expired")
+    for truth in truths:
+        events = sorted(_by_uid(job_events, "relink-expired")[truth.uid], key=lambda e: e.sequence)
+        assert [e.sequence for e in events] == list(range(len(events)))
+        assert (events[-1].change, events[-1].previous_phase) == ("diagnosis", events[-1].phase)
+
+
 class _EarlierSendStored(StreamHistory):
     """The real stream history. Once a restarted informer of ``kind_key`` has read the stream,
     ``forge`` stores the first send of the event it is about to publish: the one its previous
