@@ -10,7 +10,6 @@ cluster's health ("diagnosis unavailable: forbidden to list pods"); job watching
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import time
 from collections.abc import Iterable
@@ -18,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainwatch_common.kinds import JobKind
-from trainwatch_watcher import errors
+from trainwatch_watcher import errors, long_lived
 from trainwatch_watcher.diagnosis import KIND_POD_SELECTORS
 from trainwatch_watcher.discovery import served_kinds
 from trainwatch_watcher.evidence_cache import EvidenceCache, ObjectKey
@@ -222,7 +221,7 @@ class EvidenceFeed:
                 status.synced = True
                 self._changed.set()
                 if source.what == "pod":
-                    _freeze_long_lived()
+                    long_lived.FREEZER.request()
                 continue
             obj = item.get("object")
             event_type = item.get("type")
@@ -299,16 +298,6 @@ class EvidenceFeed:
             return None
         items = answer.get("items")
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-
-
-def _freeze_long_lived() -> None:
-    """A pod listing just filled the cache with objects that live as long as their pods: moved out
-    of the cyclic collector's generations (after a collection, so no garbage is kept), so that its
-    full collections stop traversing them. With 100k cached pods those collections were half of
-    what diagnosis added to the CPU of a job-status churn (bench/diagnosis). Refcounting still
-    frees them when their pods go; what is cached later is collected as usual."""
-    gc.collect()
-    gc.freeze()
 
 
 class _Hooks(WatchHooks):

@@ -29,7 +29,7 @@ from prometheus_client import Counter
 
 from trainwatch_common.events.diagnosis import Diagnosis
 from trainwatch_common.events.envelope import job_event_json
-from trainwatch_watcher import errors, job_events, recovery, transitions
+from trainwatch_watcher import errors, job_events, long_lived, recovery, transitions
 from trainwatch_watcher.evidence_feed import EvidenceFeed
 from trainwatch_watcher.history import StreamHistory
 from trainwatch_watcher.informer_spec import InformerSpec
@@ -653,6 +653,7 @@ class Informer(WatchHooks):
         await self._queue.put(
             Commit(None, StateWrite(resource_versions={self.spec.scope: synced.resource_version}))
         )
+        long_lived.FREEZER.request()  # the records (and diagnosis links) of the jobs just listed
 
     async def _publish(
         self,
