@@ -76,14 +76,24 @@ def _resources_json(obj: Mapping[str, Any], kind_key: str) -> dict[str, Any] | N
     return resources.model_dump(mode="json", exclude_none=True)
 
 
+def _kept_labels(options: WatchOptions) -> frozenset[str]:
+    """The labels a job event carries: the selected ones and the owner label."""
+    return frozenset(options.selected_labels) | ({options.owner_label} if options.owner_label else set())
+
+
 def _event_metadata(
-    metadata: Mapping[str, Any], options: WatchOptions, previous: dict[str, Any] | None = None
+    metadata: Mapping[str, Any],
+    options: WatchOptions,
+    previous: dict[str, Any] | None = None,
+    keep: frozenset[str] | None = None,
 ) -> dict[str, Any]:
     """The labels and annotation a diagnosis update's event selects, and the resourceVersion.
     ``previous`` (the job's last one, held by its Tracked only) is updated and returned when its
-    labels and annotation are the same: a status change then leaves no new dicts to collect."""
+    labels and annotation are the same: a status change then leaves no new dicts to collect.
+    ``keep``: ``_kept_labels(options)``, when the caller has it."""
     labels = metadata.get("labels") if isinstance(metadata.get("labels"), Mapping) else {}
-    keep = set(options.selected_labels) | ({options.owner_label} if options.owner_label else set())
+    if keep is None:
+        keep = _kept_labels(options)
     out: dict[str, Any] = {"labels": {k: v for k, v in labels.items() if k in keep}}  # type: ignore[union-attr]
     annotations = metadata.get("annotations")
     if options.owner_annotation and isinstance(annotations, Mapping):
@@ -110,6 +120,7 @@ class JobDiagnoser:
         self._cache = cache
         self._logs = logs
         self._options = options
+        self._kept_labels = _kept_labels(options)
         self._tracked: dict[str, Tracked] = {}
         # key -> uids of the jobs whose links name it: a tuple, as a key has one job or a few (a
         # set of one is 216 bytes, a tuple 48).
@@ -170,13 +181,13 @@ class JobDiagnoser:
         if old is not None and old.links == links:
             # Updated in place: a job's status churn then leaves little for the collector.
             old.job, old.status, old.resources, old.spec_key = job, status, resources, spec_key
-            old.metadata = _event_metadata(metadata, self._options, old.metadata)
+            old.metadata = _event_metadata(metadata, self._options, old.metadata, self._kept_labels)
             return old
         tracked = Tracked(
             links,
             job,
             status,
-            _event_metadata(metadata, self._options),
+            _event_metadata(metadata, self._options, keep=self._kept_labels),
             resources,
             spec_key=spec_key,
         )

@@ -204,10 +204,16 @@ class JobEvidence:
     api_version: str | None = None
 
 
-def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE) -> tuple[Condition, ...]:
+def _conditions(
+    items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE, types: frozenset[str] | None = None
+) -> tuple[Condition, ...]:
+    """``types``: the only condition types ``keep`` may keep, checked first (a Running job's
+    conditions are then skipped without reading them: this runs on every job event)."""
     out = []
     for item in _list(items):
         if type(item) is not dict and not isinstance(item, Mapping):
+            continue
+        if types is not None and item.get("type") not in types:
             continue
         type_ = _word(item.get("type"))
         status = _word(item.get("status"))
@@ -225,8 +231,12 @@ def _conditions(items: object, keep: Any = None, limit: int = MAX_OBJECT_MESSAGE
     return tuple(out)
 
 
+_JOB_EXPLAINING = frozenset({"Failed", "FailureTarget"})
+_POD_EXPLAINING = frozenset({"PodScheduled", "DisruptionTarget"})
+
+
 def _explains_job(type_: str, status: str) -> bool:
-    return type_ in ("Failed", "FailureTarget") and status == "True"
+    return type_ in _JOB_EXPLAINING and status == "True"
 
 
 def _explains_pod(type_: str, status: str) -> bool:
@@ -330,7 +340,7 @@ def trim_pod(pod: Mapping[str, Any]) -> PodEvidence | None:
         return None
     spec, status = _map(pod.get("spec")), _map(pod.get("status"))
     raw_conditions = _list(status.get("conditions"))
-    conditions = _conditions(raw_conditions, _explains_pod, MAX_EVIDENCE_MESSAGE)
+    conditions = _conditions(raw_conditions, _explains_pod, MAX_EVIDENCE_MESSAGE, _POD_EXPLAINING)
     reason = _word(status.get("reason"))
     insufficient: tuple[str, ...] = ()
     scheduled_message: object = None
@@ -495,7 +505,7 @@ def job_evidence(
     metadata, status = _map(job.get("metadata")), _map(job.get("status"))
     # Only these are read (engine._failed_condition); leaving the rest out keeps a Running job's
     # event from parsing conditions nobody reads.
-    conditions = _conditions(status.get("conditions"), _explains_job)
+    conditions = _conditions(status.get("conditions"), _explains_job, types=_JOB_EXPLAINING)
     ray_reason = _s(status.get("reason"), 256)
     if kind == "rayjob" and ray_reason:
         conditions += (
