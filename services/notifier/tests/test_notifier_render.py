@@ -1,14 +1,20 @@
 """Message bodies: fields, languages, colours, mentions, links and the size limits."""
 
+# ruff: noqa: RUF001  (Chinese punctuation is meant)
+
 from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
 
 import orjson
 import pytest
 from notifier_support import make_event
 
 from trainwatch_common import Phase
+from trainwatch_common.events.jobs import ReplicaCounts, SubPhase
 from trainwatch_notifier.render import feishu, slack
-from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
+from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, format_duration, job_link
 from trainwatch_notifier.ruleset import Language
 from trainwatch_notifier.sink import check_body
 
@@ -34,15 +40,15 @@ def test_card_has_every_field_the_phase_colour_and_the_job_link() -> None:
     markdown = card["body"]["elements"][0]["content"]
     for expected in (
         "**Cluster**: Alpha GPU (alpha)",
-        "**Namespace**: team-a",
-        "**Kind**: PyTorchJob",
         "**Reason**: BackoffLimitExceeded",
         "**Message**: Job train-1 has failed",
         "**Duration**: 1h 2m 3s",
-        "**Replicas**: Master/1: active 0, failed 1; Worker/3: active 3",
+        "**Replicas**: Master: 0 of 1 running, 1 failed; Worker: 3 of 3 running",
         "<at id=ou_alice></at>",
     ):
         assert expected in markdown
+    for in_the_title in ("**Namespace**", "**Kind**", "**Name**", "**Phase**"):
+        assert in_the_title not in markdown
     button = card["body"]["elements"][1]
     assert button["behaviors"][0]["default_url"] == "https://dash.example.com/jobs/alpha/uid-train-1"
 
@@ -64,9 +70,9 @@ def test_chinese_post_and_text_bodies() -> None:
     post = feishu.message_body(facts("zh-CN", Mention("Alice", "ou_alice")), "post")
     check_body(post)
     zh = post["content"]["post"]["zh_cn"]
-    assert zh["title"] == "❌ 训练任务失败: PyTorchJob team-a/train-1"
+    assert zh["title"] == "❌ 训练任务失败：PyTorchJob team-a/train-1"
     nodes = [node for paragraph in zh["content"] for node in paragraph]
-    assert {"tag": "text", "text": "运行时长: 1小时2分3秒"} in nodes
+    assert {"tag": "text", "text": "时长：1小时2分钟3秒"} in nodes
     assert {"tag": "at", "user_id": "ou_alice", "user_name": "Alice"} in nodes
     assert {
         "tag": "a",
@@ -112,3 +118,70 @@ def test_digest_counts_per_cluster_lists_some_jobs_and_mentions_owners() -> None
     assert markdown.count("[team-a/job-") == 5
     assert "…and 26 more" in markdown
     assert markdown.count("<at id=ou_alice></at>") == 1
+
+
+# -- issue 18 item 7: the texts ---------------------------------------------------------------
+def test_chinese_durations_say_minutes_not_a_bare_fen() -> None:
+    assert format_duration(timedelta(minutes=40), "zh-CN") == "40分钟"  # was "40分"
+    assert format_duration(timedelta(hours=1, minutes=2, seconds=3), "zh-CN") == "1小时2分钟3秒"
+    assert format_duration(timedelta(minutes=40), "en") == "40m"
+
+
+def test_the_replica_line_is_plain_in_both_languages() -> None:
+    """Was ``Master/1: active 0, failed 1; Worker/3: active 3`` and ``Master/1: 运行 0, 失败 1``."""
+    assert facts().replicas() == "Master: 0 of 1 running, 1 failed; Worker: 3 of 3 running"
+    zh = "Master：共 1 个，运行中 0 个，失败 1 个；Worker：共 3 个，运行中 3 个"
+    assert facts("zh-CN").replicas() == zh
+    unknown_size = facts(phase=Phase.RUNNING)
+    replicas = {"Worker": ReplicaCounts(active=2)}
+    unknown_size = replace(unknown_size, event=unknown_size.event.model_copy(update={"replicas": replicas}))
+    assert unknown_size.replicas() == "Worker: 2 running"
+
+
+def test_chinese_text_takes_full_width_punctuation() -> None:
+    body = feishu.message_body(facts("zh-CN", Mention("Alice", None)), "text")["content"]["text"]
+    lines = body.split("\n")
+    assert lines[0] == "❌ 训练任务失败：PyTorchJob team-a/train-1"
+    assert lines[-1] == "@Alice"  # the mention (no open_id: the name)
+    for line in lines[1:-1]:
+        label, colon, _ = line.partition("：")
+        assert colon, f"no full-width colon in {line!r}"
+        assert ":" not in label, line
+        assert ", " not in label, line
+    replicas = next(line for line in lines if line.startswith("副本"))
+    assert "," not in replicas
+    assert ";" not in replicas
+
+
+@pytest.mark.parametrize(
+    ("language", "sub_phase", "expected"),
+    [
+        ("en", SubPhase.QUEUED, "⏳ PyTorchJob team-a/train-1 Pending (queued)"),
+        ("zh-CN", SubPhase.QUEUED, "⏳ 训练任务等待中（排队中）：PyTorchJob team-a/train-1"),
+        ("zh-CN", SubPhase.INITIALIZING, "⏳ 训练任务等待中（初始化中）：PyTorchJob team-a/train-1"),
+    ],
+)
+def test_the_sub_phase_is_in_the_title_in_the_cards_language(
+    language: Language, sub_phase: SubPhase, expected: str
+) -> None:
+    pending = facts(language, phase=Phase.PENDING)
+    pending = replace(pending, event=pending.event.model_copy(update={"sub_phase": sub_phase}))
+    title = feishu.message_body(pending, "card")["card"]["header"]["title"]["content"]
+    assert title == expected
+    assert "Queued" not in title
+    assert "Initializing" not in title
+
+
+@pytest.mark.parametrize("language", ["en", "zh-CN"])
+def test_no_field_repeats_what_the_title_says(language: Language) -> None:
+    job_facts = facts(language)
+    values = [value for _, value in job_facts.fields(message=job_facts.event.message)]
+    for said_in_the_title in ("team-a", "train-1", "PyTorchJob", job_facts.phase_name):
+        assert said_in_the_title not in values
+
+
+def test_a_chinese_digest_counts_with_full_width_punctuation() -> None:
+    items = [facts("zh-CN", name=f"job-{i}") for i in range(3)]
+    items.append(facts("zh-CN", name="ok-1", phase=Phase.SUCCEEDED))
+    digest = DigestFacts(items=items, seconds=15, language="zh-CN", dashboard_url="https://d", max_listed=5)
+    assert digest.summary() == ["Alpha GPU (alpha)：失败 3 个，成功 1 个"]

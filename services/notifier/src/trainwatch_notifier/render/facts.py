@@ -1,6 +1,8 @@
 """What a message says, independent of the channel: the facts of one job event, or of a burst,
 in English or Chinese, plus the size-fitting every channel needs."""
 
+# ruff: noqa: RUF001, RUF002  (Chinese punctuation is meant)
+
 from __future__ import annotations
 
 from collections import Counter
@@ -10,7 +12,7 @@ from datetime import timedelta
 from typing import Literal
 
 from trainwatch_common.events.diagnosis import Diagnosis
-from trainwatch_common.events.jobs import JobStatusEvent, Phase
+from trainwatch_common.events.jobs import JobStatusEvent, Phase, ReplicaCounts, SubPhase
 from trainwatch_notifier.render import diagnosis as why
 from trainwatch_notifier.ruleset import Language
 
@@ -27,13 +29,29 @@ PHASE_NAMES: dict[Language, dict[str, str]] = {
     },
 }
 
+# A sub-phase says where in its phase the job is (queued, initializing...): after the phase's name.
+SUB_PHASE_NAMES: dict[Language, dict[str, str]] = {
+    "en": {s.value: s.value.lower() for s in SubPhase},
+    "zh-CN": {
+        "Created": "已创建",
+        "Queued": "排队中",
+        "Scheduling": "调度中",
+        "Initializing": "初始化中",
+        "Waiting": "等待中",
+        "Finishing": "收尾中",
+        "Aborting": "中止中",
+    },
+}
+
+# Between a label and its value, and between the items of a list: Chinese text takes full-width
+# punctuation, with no space after it.
+COLON: dict[Language, str] = {"en": ": ", "zh-CN": "："}
+COMMA: dict[Language, str] = {"en": ", ", "zh-CN": "，"}
+SEMICOLON: dict[Language, str] = {"en": "; ", "zh-CN": "；"}
+
 LABELS: dict[Language, dict[str, str]] = {
     "en": {
         "cluster": "Cluster",
-        "namespace": "Namespace",
-        "kind": "Kind",
-        "name": "Name",
-        "phase": "Phase",
         "reason": "Reason",
         "message": "Message",
         "duration": "Duration",
@@ -46,33 +64,29 @@ LABELS: dict[Language, dict[str, str]] = {
         "digest_title": "{count} job updates in {seconds}s",
         "digest_more": "…and {count} more",
         "digest_more_clusters": "…and {count} more clusters",
-        "active": "active",
-        "succeeded": "succeeded",
-        "failed": "failed",
-        "finishing": "finishing",
+        "replicas_of": "{active} of {desired} running",
+        "replicas_running": "{active} running",
+        "replicas_succeeded": "{count} succeeded",
+        "replicas_failed": "{count} failed",
     },
     "zh-CN": {
         "cluster": "集群",
-        "namespace": "命名空间",
-        "kind": "类型",
-        "name": "名称",
-        "phase": "状态",
         "reason": "原因",
         "message": "信息",
-        "duration": "运行时长",
+        "duration": "时长",
         "replicas": "副本",
         "restarts": "重启次数",
         "owner": "负责人",
         "open": "在控制台查看",
         "silence": "静默此任务 1 小时",
-        "title": "训练任务{phase}: {kind} {namespace}/{name}",
+        "title": "训练任务{phase}：{kind} {namespace}/{name}",
         "digest_title": "{seconds} 秒内 {count} 个任务状态变化",
         "digest_more": "……另有 {count} 个",
         "digest_more_clusters": "……另有 {count} 个集群",
-        "active": "运行",
-        "succeeded": "成功",
-        "failed": "失败",
-        "finishing": "收尾中",
+        "replicas_of": "共 {desired} 个，运行中 {active} 个",
+        "replicas_running": "运行中 {active} 个",
+        "replicas_succeeded": "成功 {count} 个",
+        "replicas_failed": "失败 {count} 个",
     },
 }
 
@@ -154,6 +168,11 @@ class JobFacts:
         return LABELS[self.language][key]
 
     @property
+    def colon(self) -> str:
+        """Between a label and its value (full-width in Chinese)."""
+        return COLON[self.language]
+
+    @property
     def diagnosis(self) -> Diagnosis | None:
         return self.event.diagnosis
 
@@ -206,10 +225,16 @@ class JobFacts:
 
     @property
     def phase_name(self) -> str:
+        """The phase, and where in it the job is: "Pending (queued)", "等待中（排队中）"."""
         name = PHASE_NAMES[self.language][self.event.phase.value]
-        if self.event.phase in (Phase.SUCCEEDED, Phase.FAILED) and not self.event.terminal:
-            name += f" ({self.label('finishing')})"
-        return name
+        sub_phase = self.event.sub_phase
+        finishing = self.event.phase in (Phase.SUCCEEDED, Phase.FAILED) and not self.event.terminal
+        if sub_phase is None and finishing:
+            sub_phase = SubPhase.FINISHING
+        if sub_phase is None:
+            return name
+        detail = SUB_PHASE_NAMES[self.language][sub_phase.value]
+        return f"{name} ({detail})" if self.language == "en" else f"{name}（{detail}）"
 
     @property
     def colour(self) -> str:
@@ -238,26 +263,29 @@ class JobFacts:
         return format_duration(end - start, self.language)
 
     def replicas(self) -> str | None:
-        parts = []
-        for role, counts in sorted(self.event.replicas.items()):
-            numbers = [f"{self.label('active')} {counts.active}"]
-            if counts.succeeded:
-                numbers.append(f"{self.label('succeeded')} {counts.succeeded}")
-            if counts.failed:
-                numbers.append(f"{self.label('failed')} {counts.failed}")
-            desired = f"/{counts.desired}" if counts.desired is not None else ""
-            parts.append(f"{role}{desired}: {', '.join(numbers)}")
-        return "; ".join(parts) or None
+        """One plain phrase per replica role: "Worker: 3 of 4 running, 1 failed"."""
+        parts = [
+            f"{role}{self.colon}{self._replica_counts(counts)}"
+            for role, counts in sorted(self.event.replicas.items())
+        ]
+        return SEMICOLON[self.language].join(parts) or None
+
+    def _replica_counts(self, counts: ReplicaCounts) -> str:
+        if counts.desired is not None:
+            numbers = [self.label("replicas_of").format(active=counts.active, desired=counts.desired)]
+        else:
+            numbers = [self.label("replicas_running").format(active=counts.active)]
+        if counts.succeeded:
+            numbers.append(self.label("replicas_succeeded").format(count=counts.succeeded))
+        if counts.failed:
+            numbers.append(self.label("replicas_failed").format(count=counts.failed))
+        return COMMA[self.language].join(numbers)
 
     def fields(self, *, message: str | None) -> list[tuple[str, str]]:
-        """(label, value) pairs in display order, empty values left out."""
-        job = self.event.job
+        """(label, value) pairs in display order, empty values left out. The kind, namespace, name
+        and phase are the title's: not repeated here."""
         rows = [
             ("cluster", self.cluster_text()),
-            ("namespace", job.namespace),
-            ("kind", job.kind),
-            ("name", job.name),
-            ("phase", self.phase_name),
             ("reason", self.event.reason or ""),
             ("message", message or ""),
             ("duration", self.duration() or ""),
@@ -302,6 +330,10 @@ class DigestFacts:
     def label(self, key: str) -> str:
         return LABELS[self.language][key]
 
+    @property
+    def colon(self) -> str:
+        return COLON[self.language]
+
     def title(self) -> str:
         return self.label("digest_title").format(count=len(self.items), seconds=self.seconds)
 
@@ -310,14 +342,18 @@ class DigestFacts:
         per_cluster: dict[str, Counter[str]] = {}
         for item in self.items:
             per_cluster.setdefault(item.cluster_text(), Counter())[item.phase_name] += 1
+        comma = COMMA[self.language]
         lines = [
-            f"{cluster}: " + ", ".join(f"{count} {phase}" for phase, count in counts.most_common())
+            cluster + self.colon + comma.join(self._count(n, phase) for phase, n in counts.most_common())
             for cluster, counts in per_cluster.items()
         ]
         if self.max_clusters is not None and len(lines) > self.max_clusters:
             rest = len(lines) - self.max_clusters
             lines = [*lines[: self.max_clusters], self.label("digest_more_clusters").format(count=rest)]
         return lines
+
+    def _count(self, count: int, phase: str) -> str:
+        return f"{count} {phase}" if self.language == "en" else f"{phase} {count} 个"
 
     def listed(self) -> Sequence[JobFacts]:
         return self.items[: self.max_listed]
@@ -352,7 +388,7 @@ def format_duration(delta: timedelta, language: Language) -> str:
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)
     minutes, secs = divmod(rest, 60)
-    units = ("d", "h", "m", "s") if language == "en" else ("天", "小时", "分", "秒")
+    units = ("d", "h", "m", "s") if language == "en" else ("天", "小时", "分钟", "秒")
     parts = [
         f"{value}{unit}" for value, unit in zip((days, hours, minutes, secs), units, strict=True) if value
     ]

@@ -81,11 +81,12 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
         # Text nodes are plain text (un_escape false): a cluster's value is shown, never interpreted.
         reason = facts.reason_line()
         lines = [reason] if reason else []
-        lines += [f"{label}: {value}" for label, value in facts.fields(message=message)]
+        lines += [f"{label}{facts.colon}{value}" for label, value in facts.fields(message=message)]
         if facts.warnings():
-            lines += [facts.diagnosis_label("warnings") + ":", *(f"- {w}" for w in facts.warnings())]
+            warnings_title = facts.diagnosis_label("warnings") + facts.colon.rstrip()
+            lines += [warnings_title, *(f"- {w}" for w in facts.warnings())]
         if facts.log():
-            lines += [facts.log_title() + ":", *(f"  {line}" for line in facts.log())]
+            lines += [facts.log_title() + facts.colon.rstrip(), *(f"  {line}" for line in facts.log())]
         paragraphs: list[list[dict[str, Any]]] = [[{"tag": "text", "text": line}] for line in lines]
         paragraphs.append([{"tag": "a", "text": facts.label("open"), "href": facts.link}])
         if facts.silence_link:

@@ -83,7 +83,8 @@ def markdown(
     reason = facts.reason_line()
     lines = [markup.escape(reason)] if reason else []
     lines += [
-        f"{markup.bold(label)}: {markup.escape(value)}" for label, value in facts.fields(message=message)
+        f"{markup.bold(label)}{facts.colon}{markup.escape(value)}"
+        for label, value in facts.fields(message=message)
     ]
     warnings = facts.warnings()
     if warnings:
@@ -110,18 +111,18 @@ def plain(
     reason = facts.reason_line()
     if reason:
         lines.append(escape(reason))
-    lines += [f"{label}: {escape(value)}" for label, value in facts.fields(message=message)]
+    lines += [f"{label}{facts.colon}{escape(value)}" for label, value in facts.fields(message=message)]
     warnings = facts.warnings()
     if warnings:
-        lines.append(facts.diagnosis_label("warnings") + ":")
+        lines.append(facts.diagnosis_label("warnings") + facts.colon.rstrip())
         lines += [f"- {escape(w)}" for w in warnings]
     log = facts.log()
     if log:
-        lines.append(escape(facts.log_title()) + ":")
+        lines.append(escape(facts.log_title()) + facts.colon.rstrip())
         lines += [f"  {escape(line)}" for line in log]
-    lines.append(f"{facts.label('open')}: {facts.link}")
+    lines.append(f"{facts.label('open')}{facts.colon}{facts.link}")
     if facts.silence_link:
-        lines.append(f"{facts.label('silence')}: {facts.silence_link}")
+        lines.append(f"{facts.label('silence')}{facts.colon}{facts.silence_link}")
     if mention:
         lines.append(mention)
     return "\n".join(lines)
@@ -156,7 +157,7 @@ def digest_plain(
     more = digest.more()
     if more:
         lines.append(more)
-    lines.append(f"{digest.label('open')}: {digest.dashboard_url}")
+    lines.append(f"{digest.label('open')}{digest.colon}{digest.dashboard_url}")
     if mentions:
         lines.append(mentions)
     return "\n".join(lines)
