@@ -104,7 +104,7 @@ def test_slack_blocks_with_mention_and_limit() -> None:
     assert body["blocks"][2]["elements"][0]["url"] == "https://dash.example.com/jobs/alpha/uid-train-1"
 
 
-def test_digest_counts_per_cluster_lists_some_jobs_and_mentions_owners() -> None:
+def test_digest_counts_per_cluster_lists_some_jobs_and_mentions_nobody() -> None:
     items = [facts(name=f"job-{i}", mention=Mention("Alice", "ou_alice")) for i in range(30)]
     items += [facts(name="ok-1", phase=Phase.SUCCEEDED, cluster_id="beta")]
     digest = DigestFacts(items=items, seconds=15, language="en", dashboard_url="https://dash", max_listed=5)
@@ -117,7 +117,8 @@ def test_digest_counts_per_cluster_lists_some_jobs_and_mentions_owners() -> None
     assert "Alpha GPU (beta): 1 Succeeded" in markdown
     assert markdown.count("[team-a/job-") == 5
     assert "…and 26 more" in markdown
-    assert markdown.count("<at id=ou_alice></at>") == 1
+    # Issue 18 item 5: a burst must not @-mention every owner (it did, once each).
+    assert "<at" not in markdown
 
 
 # -- issue 18 item 7: the texts ---------------------------------------------------------------

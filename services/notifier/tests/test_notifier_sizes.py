@@ -64,19 +64,19 @@ def facts(index: int, **kwargs: Any) -> JobFacts:
 def test_a_digest_over_the_limit_lists_fewer_jobs_and_counts_the_rest(
     channel_type: str, body_format: str
 ) -> None:
-    # 100 failures with 1,000-character reasons, each with its own owner: far over every limit
-    items = [facts(i, reason="BackoffLimitExceeded/" + "E" * 1000) for i in range(100)]
+    # 400 failures with 1,000-character reasons, each with its own owner: far over every limit
+    items = [facts(i, reason="BackoffLimitExceeded/" + "E" * 1000) for i in range(400)]
     digest = DigestFacts(
-        items=items, seconds=15, language="en", dashboard_url="https://dash.example.com", max_listed=100
+        items=items, seconds=15, language="en", dashboard_url="https://dash.example.com", max_listed=400
     )
     body = channel(channel_type, body_format).render_digest(digest)
     for size, limit in measure(channel_type, body_format, body):
         assert size <= limit
     text = orjson.dumps(body).decode()
     listed = len(set(re.findall(r"/jobs/alpha/uid-(\d{3})", text)))
-    assert 1 <= listed < 100
-    assert f"and {100 - listed} more" in text  # the rest are counted, not lost
-    assert "100 job updates" in text
+    assert 1 <= listed < 400
+    assert f"and {400 - listed} more" in text  # the rest are counted, not lost
+    assert "400 job updates" in text
 
 
 @pytest.mark.parametrize(("channel_type", "body_format"), CHANNELS)
@@ -91,3 +91,15 @@ def test_a_huge_reason_and_message_are_trimmed_to_fit_one_message(
     assert "RRRRRRRRRR" in text  # the reason is trimmed, not removed
     assert "…" in text
     assert "team-a/job-001" in text
+
+
+@pytest.mark.parametrize(("channel_type", "body_format"), CHANNELS)
+def test_a_digest_mentions_none_of_its_owners(channel_type: str, body_format: str) -> None:
+    """Issue 18 item 5: a digest @-mentioned every owner of the burst (each job's own card does)."""
+    items = [facts(i) for i in range(5)]
+    digest = DigestFacts(items=items, seconds=15, language="en", dashboard_url="https://dash", max_listed=5)
+    text = orjson.dumps(channel(channel_type, body_format).render_digest(digest)).decode()
+    assert "team-a/job-004" in text
+    assert "ou_owner_" not in text
+    assert "1380000" not in text
+    assert "Owner " not in text

@@ -307,7 +307,7 @@ class JobFacts:
         )
 
 
-DigestKnob = Literal["max_listed", "max_clusters", "max_mentions"]
+DigestKnob = Literal["max_listed", "max_clusters"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,7 +315,8 @@ class DigestFacts:
     """A burst: many events for one channel collected over ``seconds``.
 
     ``max_listed`` jobs are listed one by one and the rest counted; ``fit_digest`` lowers it (and,
-    if need be, ``max_clusters`` and ``max_mentions``) until the digest fits its channel.
+    if need be, ``max_clusters``) until the digest fits its channel. A digest @-mentions nobody:
+    a burst of 500 jobs must not ping each of their owners (each job's own card would).
     """
 
     items: Sequence[JobFacts]
@@ -325,7 +326,6 @@ class DigestFacts:
     max_listed: int
     reason_chars: int = DIGEST_REASON_MAX_CHARS
     max_clusters: int | None = None  # summary lines; None: one per cluster
-    max_mentions: int | None = None  # None: every owner with an id
 
     def label(self, key: str) -> str:
         return LABELS[self.language][key]
@@ -370,17 +370,7 @@ class DigestFacts:
         """The same digest with one of its limits set (``fit_digest`` searches each)."""
         if knob == "max_listed":
             return replace(self, max_listed=count)
-        if knob == "max_clusters":
-            return replace(self, max_clusters=count)
-        return replace(self, max_mentions=count)
-
-    def mentions(self) -> list[Mention]:
-        seen: dict[str, Mention] = {}
-        for item in self.items:
-            if item.mention and item.mention.user_id:
-                seen.setdefault(item.mention.user_id, item.mention)
-        mentions = list(seen.values())
-        return mentions if self.max_mentions is None else mentions[: self.max_mentions]
+        return replace(self, max_clusters=count)
 
 
 def format_duration(delta: timedelta, language: Language) -> str:
@@ -483,14 +473,13 @@ def _trim_field(
 
 def fit_digest(size: Callable[[DigestFacts], int], digest: DigestFacts, limit: int) -> DigestFacts:
     """The digest listing as many jobs as fit ``size(digest) <= limit`` (the rest are counted, "…and
-    37 more"); if none fit, fewer cluster lines, then fewer mentions. ValueError only if its title
+    37 more"); if none fit, fewer cluster lines. ValueError only if its title
     and counts alone are too big."""
     if size(digest) <= limit:
         return digest
     knobs: tuple[tuple[DigestKnob, int], ...] = (
         ("max_listed", len(digest.listed())),
         ("max_clusters", len(digest.summary())),
-        ("max_mentions", len(digest.mentions())),
     )
     for knob, most in knobs:
         count = _largest_count(size, digest, knob, most, limit)

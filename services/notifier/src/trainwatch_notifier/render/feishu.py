@@ -124,13 +124,9 @@ def digest_body(digest: DigestFacts, body_format: str, *, max_bytes: int = MAX_B
 def _digest(digest: DigestFacts, body_format: str) -> Body:
     phases = Counter(item.event.phase.value for item in digest.items)
     colour = "red" if "Failed" in phases else PHASE_COLOURS[phases.most_common(1)[0][0]]
-    mentions = digest.mentions()
+    # A digest @-mentions nobody: a burst of 500 jobs must not ping each of their owners.
     if body_format == "text":
-        mention_text = " ".join(_text_mention(m) for m in mentions)
-        body: Body = {
-            "msg_type": "text",
-            "content": {"text": text.digest_plain(digest, mentions=mention_text)},
-        }
+        body: Body = {"msg_type": "text", "content": {"text": text.digest_plain(digest)}}
     elif body_format == "post":
         paragraphs: list[list[dict[str, Any]]] = [
             [{"tag": "text", "text": line}] for line in digest.summary()
@@ -149,14 +145,9 @@ def _digest(digest: DigestFacts, body_format: str) -> Body:
         if more:
             paragraphs.append([{"tag": "text", "text": more}])
         paragraphs.append([{"tag": "a", "text": digest.label("open"), "href": digest.dashboard_url}])
-        paragraphs += [
-            [{"tag": "at", "user_id": m.user_id, "user_name": m.name}] for m in mentions if m.user_id
-        ]
         post = {_post_language(digest.language): {"title": digest.title(), "content": paragraphs}}
         body = {"msg_type": "post", "content": {"post": post}}
     else:
-        markdown = text.digest_markdown(
-            digest, markup=text.FEISHU_MARKDOWN, mentions=_card_mentions(mentions)
-        )
+        markdown = text.digest_markdown(digest, markup=text.FEISHU_MARKDOWN)
         body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
     return body

@@ -50,8 +50,7 @@ def message_body(facts: JobFacts) -> Body:
 
 
 def _digest_section(digest: DigestFacts) -> str:
-    mentions = " ".join(_mention(m) for m in digest.mentions())
-    return text.digest_markdown(digest, markup=text.SLACK_MRKDWN, mentions=mentions)
+    return text.digest_markdown(digest, markup=text.SLACK_MRKDWN)  # mentioning nobody
 
 
 def digest_body(digest: DigestFacts) -> Body:

@@ -128,7 +128,7 @@ def plain(
     return "\n".join(lines)
 
 
-def digest_markdown(digest: DigestFacts, *, markup: Markup = MARKDOWN, mentions: str = "") -> str:
+def digest_markdown(digest: DigestFacts, *, markup: Markup = MARKDOWN) -> str:
     lines = [markup.escape(line) for line in digest.summary()]
     lines.append("")
     for item in digest.listed():
@@ -140,14 +140,11 @@ def digest_markdown(digest: DigestFacts, *, markup: Markup = MARKDOWN, mentions:
     if more:
         lines.append(more)
     lines.append(markup.link(digest.label("open"), digest.dashboard_url))
-    if mentions:
-        lines.append(mentions)
     return "\n".join(lines)
 
 
-def digest_plain(
-    digest: DigestFacts, *, mentions: str = "", escape: Callable[[str], str] = neutralise
-) -> str:
+def digest_plain(digest: DigestFacts, *, escape: Callable[[str], str] = neutralise) -> str:
+    """A digest @-mentions nobody: a burst of 500 jobs must not ping each of their owners."""
     lines = [digest.title(), *(escape(line) for line in digest.summary()), ""]
     for item in digest.listed():
         job = item.event.job
@@ -158,6 +155,4 @@ def digest_plain(
     if more:
         lines.append(more)
     lines.append(f"{digest.label('open')}{digest.colon}{digest.dashboard_url}")
-    if mentions:
-        lines.append(mentions)
     return "\n".join(lines)
