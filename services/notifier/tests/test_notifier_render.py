@@ -15,7 +15,7 @@ from trainwatch_common import Phase
 from trainwatch_common.events.jobs import ReplicaCounts, SubPhase
 from trainwatch_notifier.render import feishu, slack
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, format_duration, job_link
-from trainwatch_notifier.ruleset import Language
+from trainwatch_notifier.ruleset import ChannelConfig, Language
 from trainwatch_notifier.sink import check_body
 
 
@@ -186,3 +186,40 @@ def test_a_chinese_digest_counts_with_full_width_punctuation() -> None:
     items.append(facts("zh-CN", name="ok-1", phase=Phase.SUCCEEDED))
     digest = DigestFacts(items=items, seconds=15, language="zh-CN", dashboard_url="https://d", max_listed=5)
     assert digest.summary() == ["Alpha GPU (alpha)：失败 3 个，成功 1 个"]
+
+
+def test_card_v1_is_the_older_card_form_with_the_same_content() -> None:
+    """Issue 18 item 5: card JSON 2.0 by default, and a setting to fall back to 1.0."""
+    job = replace(
+        facts(mention=Mention("Alice", "ou_alice")), silence_link="https://dash.example.com/silence?t=x"
+    )
+    v2 = feishu.message_body(job, "card")["card"]
+    body = feishu.message_body(job, "card-v1")
+    check_body(body)
+    v1 = body["card"]
+    assert "schema" not in v1
+    assert "body" not in v1
+    assert v1["header"] == v2["header"]
+    markdown, action = v1["elements"]
+    assert markdown == {
+        "tag": "div",
+        "text": {"tag": "lark_md", "content": v2["body"]["elements"][0]["content"]},
+    }
+    assert [(b["text"]["content"], b["url"], b["type"]) for b in action["actions"]] == [
+        ("Open in dashboard", "https://dash.example.com/jobs/alpha/uid-train-1", "primary"),
+        ("Silence this job for 1 h", "https://dash.example.com/silence?t=x", "default"),
+    ]
+    digest = DigestFacts(items=[job], seconds=15, language="en", dashboard_url="https://d", max_listed=5)
+    digest_card = feishu.digest_body(digest, "card-v1")["card"]
+    assert digest_card["elements"][1]["actions"][0]["url"] == "https://d"
+
+
+def test_card_v1_is_a_format_a_feishu_channel_accepts() -> None:
+    config = ChannelConfig.model_validate(
+        {"type": "feishu", "url": "https://bot.example.com/h", "format": "card-v1"}
+    )
+    assert config.body_format == "card-v1"
+    with pytest.raises(ValueError, match="card-v1"):
+        ChannelConfig.model_validate(
+            {"type": "slack", "url": "https://bot.example.com/h", "format": "card-v1"}
+        )

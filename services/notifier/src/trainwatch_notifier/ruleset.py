@@ -42,7 +42,7 @@ DEFAULT_RATE_LIMITS: dict[str, tuple[tuple[int, float], ...]] = {
     "webhook": (),
 }
 FORMATS: dict[str, tuple[str, ...]] = {
-    "feishu": ("card", "post", "text"),
+    "feishu": ("card", "card-v1", "post", "text"),  # card: card JSON 2.0; card-v1: the 1.0 form
     "dingtalk": ("markdown", "text"),
     "wecom": ("markdown", "text"),
     "slack": ("blocks",),

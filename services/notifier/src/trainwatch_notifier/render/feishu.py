@@ -56,17 +56,39 @@ def _button(text: str, link: str, kind: str) -> dict[str, Any]:
 
 
 def _card(
-    title: str, colour: str, markdown: str, link: str, button: str, silence: tuple[str, str] | None = None
+    title: str,
+    colour: str,
+    markdown: str,
+    link: str,
+    button: str,
+    silence: tuple[str, str] | None = None,
+    *,
+    body_format: str = "card",
 ) -> Body:
-    buttons = [_button(button, link, "primary")]
+    """Card JSON 2.0, or the 1.0 form for ``card-v1`` (clients and tenants that lag behind)."""
+    links = [(button, link, "primary")]
     if silence is not None:  # a plain URL button: custom bots have no card callbacks
-        buttons.append(_button(silence[0], silence[1], "default"))
+        links.append((silence[0], silence[1], "default"))
+    header = {"title": {"tag": "plain_text", "content": title}, "template": colour}
+    if body_format == "card-v1":
+        actions = [
+            {"tag": "button", "text": {"tag": "plain_text", "content": text}, "type": kind, "url": url}
+            for text, url, kind in links
+        ]
+        elements = [{"tag": "div", "text": {"tag": "lark_md", "content": markdown}}]
+        card = {
+            "config": {"wide_screen_mode": True, "update_multi": True},
+            "header": header,
+            "elements": [*elements, {"tag": "action", "actions": actions}],
+        }
+        return {"msg_type": "interactive", "card": card}
+    buttons = [_button(text, url, kind) for text, url, kind in links]
     return {
         "msg_type": "interactive",
         "card": {
             "schema": "2.0",
             "config": {"update_multi": True},
-            "header": {"title": {"tag": "plain_text", "content": title}, "template": colour},
+            "header": header,
             "body": {"elements": [{"tag": "markdown", "content": markdown}, *buttons]},
         },
     }
@@ -104,8 +126,9 @@ def _render_one(facts: JobFacts, body_format: str) -> Body:
         facts, message, markup=text.FEISHU_MARKDOWN, mention=mention, link=False
     )
     silence = (facts.label("silence"), facts.silence_link) if facts.silence_link else None
+    title = f"{facts.icon} {facts.title()}"
     return _card(
-        f"{facts.icon} {facts.title()}", facts.colour, markdown, facts.link, facts.label("open"), silence
+        title, facts.colour, markdown, facts.link, facts.label("open"), silence, body_format=body_format
     )
 
 
@@ -149,5 +172,12 @@ def _digest(digest: DigestFacts, body_format: str) -> Body:
         body = {"msg_type": "post", "content": {"post": post}}
     else:
         markdown = text.digest_markdown(digest, markup=text.FEISHU_MARKDOWN)
-        body = _card(digest.title(), colour, markdown, digest.dashboard_url, digest.label("open"))
+        body = _card(
+            digest.title(),
+            colour,
+            markdown,
+            digest.dashboard_url,
+            digest.label("open"),
+            body_format=body_format,
+        )
     return body
