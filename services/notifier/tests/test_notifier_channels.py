@@ -33,7 +33,7 @@ async def client() -> AsyncIterator[httpx.AsyncClient]:
         yield http
 
 
-@pytest.mark.parametrize("body_format", ["card", "post", "text"])
+@pytest.mark.parametrize("body_format", ["card", "card-v1", "post", "text"])
 async def test_feishu_signed_bodies_are_accepted(
     feishu_sink: FeishuSink, client: httpx.AsyncClient, body_format: str
 ) -> None:
@@ -42,7 +42,8 @@ async def test_feishu_signed_bodies_are_accepted(
     )
     await channel.post(channel.render(facts(Mention("Alice", "ou_alice"))))
     [received] = feishu_sink.received
-    assert received.body["msg_type"] == {"card": "interactive", "post": "post", "text": "text"}[body_format]
+    expected = {"card": "interactive", "card-v1": "interactive", "post": "post", "text": "text"}
+    assert received.body["msg_type"] == expected[body_format]
     assert abs(int(received.body["timestamp"]) - time.time()) < 5
     assert feishu_sink.answers == {0: 1}
 

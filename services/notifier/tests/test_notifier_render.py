@@ -86,7 +86,7 @@ def test_chinese_post_and_text_bodies() -> None:
     assert "@bob" in unmapped["content"]["text"]  # no open_id configured: the name, no ping
 
 
-@pytest.mark.parametrize("body_format", ["card", "post", "text"])
+@pytest.mark.parametrize("body_format", ["card", "card-v1", "post", "text"])
 def test_a_huge_message_is_trimmed_to_the_feishu_body_limit(body_format: str) -> None:
     body = feishu.message_body(facts(message="汉字 and ascii " * 5000), body_format)
     size = len(orjson.dumps({"timestamp": "1700000000", "sign": "x" * 44, **body}))
