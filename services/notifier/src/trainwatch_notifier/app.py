@@ -47,6 +47,7 @@ from trainwatch_common.streams import (
 )
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_notifier import api
+from trainwatch_notifier.channel_health import ChannelHealth
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
 from trainwatch_notifier.deadletter import DeadLetters
@@ -95,6 +96,7 @@ class Notifier:
         self._after_sent = after_sent
         self.rules = RulesSource(settings.rules_file, poll_seconds=settings.rules_poll_seconds)
         self.clusters = ClusterDirectory()
+        self.channel_health = ChannelHealth()
         self.ready = asyncio.Event()
         self.health_port: int | None = None
         self._nc: NATS | None = None
@@ -136,6 +138,7 @@ class Notifier:
             "rules": lambda: OK if self.rules.current is not None else "rules file not loaded",
             "clusters": lambda: OK if self.clusters.loaded.is_set() else "cluster list not read yet",
             "consuming": lambda: OK if self.ready.is_set() else "consumer not started",
+            "channels": self.channel_health.check,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -211,6 +214,7 @@ class Notifier:
             unconfirmed_policy=settings.unconfirmed_policy,
             after_sent=self._after_sent,
             silence_link=self.silence_link,
+            health=self.channel_health,
         )
         workers = ChannelWorkers(deps, client)
         assert self.rules.current is not None

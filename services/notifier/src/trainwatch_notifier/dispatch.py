@@ -21,11 +21,13 @@ from typing import Literal, Protocol, TypeVar
 
 from trainwatch_common import JobStatusEvent
 from trainwatch_notifier import metrics
+from trainwatch_notifier.channel_health import ChannelHealth
 from trainwatch_notifier.channels.base import (
     ATTEMPT,
     Attempt,
     Body,
     Channel,
+    ChannelRefusedError,
     PermanentSendError,
     RateLimitedError,
     RetryableSendError,
@@ -84,6 +86,8 @@ class WorkerDeps:
     in_flight_full: asyncio.Event = field(default_factory=asyncio.Event)
     # The signed "silence this job for 1 h" link of a job's cards, or None (no link secret).
     silence_link: Callable[[JobStatusEvent], str | None] = field(default=lambda _event: None)
+    # Channels whose bot refuses them outright (wrong secret...): /readyz, one log line a minute.
+    health: ChannelHealth = field(default_factory=ChannelHealth)
 
 
 def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
@@ -213,7 +217,9 @@ class ChannelWorker:
         try:
             await self._post_with_retries(body, kind, lane)
         except PermanentSendError as exc:
-            await self._give_up(list(zip(to_send, lane.claims, strict=True)), exc.reason, exc.detail)
+            refused = isinstance(exc, ChannelRefusedError)  # ChannelHealth logs those, once a minute
+            claimed = list(zip(to_send, lane.claims, strict=True))
+            await self._give_up(claimed, exc.reason, exc.detail, quiet=refused)
             return
         except ClaimLost:
             log.info("another sender took these deliveries over", extra={"channel": self.name})
@@ -346,9 +352,12 @@ class ChannelWorker:
                 continue
             except PermanentSendError as exc:
                 metrics.SENDS.labels(self.name, kind, exc.reason).inc()
+                if isinstance(exc, ChannelRefusedError):
+                    deps.health.refused(self.name, exc.reason, exc.detail)
                 raise
             metrics.SEND_SECONDS.labels(self.name).observe(time.perf_counter() - started)
             metrics.SENDS.labels(self.name, kind, "ok").inc()
+            deps.health.accepted(self.name)
             return
 
     @staticmethod
@@ -412,8 +421,11 @@ class ChannelWorker:
                 await self.deps.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    async def _give_up(self, claimed: list[tuple[Item, Claim]], reason: str, detail: str) -> None:
-        """Dead-letter each event with the reason and mark it so no copy is ever sent."""
+    async def _give_up(
+        self, claimed: list[tuple[Item, Claim]], reason: str, detail: str, *, quiet: bool = False
+    ) -> None:
+        """Dead-letter each event with the reason and mark it so no copy is ever sent. ``quiet``:
+        the channel is refused outright, which ``ChannelHealth`` logs once a minute for all of them."""
         for item, claim in claimed:
             try:
                 await self.deps.deadletters.publish(
@@ -434,7 +446,8 @@ class ChannelWorker:
                 continue
             metrics.DEADLETTERS.labels(reason).inc()
             metrics.DELIVERIES.labels(self.name, "deadlettered").inc()
-            log.warning(
+            log.log(
+                logging.DEBUG if quiet else logging.WARNING,
                 "notification dead-lettered",
                 extra={
                     "channel": self.name,

@@ -29,6 +29,14 @@ class ChannelWorkers:
         self._retired: set[asyncio.Task[None]] = set()
 
     def apply(self, ruleset: Ruleset) -> None:
+        # A refusal was the old configuration's answer: a changed channel (its secret fixed) is
+        # ready again until its bot refuses the new one too.
+        unchanged = {
+            name
+            for name, config in ruleset.channels.items()
+            if (worker := self._workers.get(name)) is not None and worker.channel.config == config
+        }
+        self._deps.health.forget(keep=unchanged)
         for name in list(self._workers):
             if name not in ruleset.channels:
                 self._retire(name)

@@ -80,6 +80,12 @@ class PermanentSendError(SendError):
     pass
 
 
+class ChannelRefusedError(PermanentSendError):
+    """The bot refuses every request of this channel, whatever it carries: a wrong signing secret
+    or token, a webhook that no longer exists, an IP allowlist, a security keyword. The channel's
+    configuration is wrong, not the message: the notifier says so in /readyz (``ChannelHealth``)."""
+
+
 class Channel(Protocol):
     """One configured destination. Rendering is pure; ``post`` signs (freshly, per attempt) and sends."""
 
@@ -142,6 +148,8 @@ async def post_bytes(
         raise RateLimitedError("http-429", response.text[:200], retry_after=retry_after_seconds(response))
     if response.status_code >= 500:
         raise RetryableSendError(f"http-{response.status_code}", response.text[:200])
+    if response.status_code in (401, 403, 404):  # refused credentials, or a webhook that is gone
+        raise ChannelRefusedError(f"http-{response.status_code}", response.text[:200])
     if response.status_code >= 400:
         raise PermanentSendError(f"http-{response.status_code}", response.text[:200])
     return response

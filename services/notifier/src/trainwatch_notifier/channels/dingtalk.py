@@ -11,6 +11,7 @@ import orjson
 
 from trainwatch_notifier.channels.base import (
     Body,
+    ChannelRefusedError,
     HttpChannel,
     PermanentSendError,
     RateLimitedError,
@@ -86,5 +87,5 @@ class DingTalkChannel(HttpChannel):
         if code == SEND_TOO_FAST:
             raise RateLimitedError("dingtalk-rate-limited", message, retry_after=THROTTLED_RETRY_AFTER)
         if code == 310000:
-            raise PermanentSendError("dingtalk-security-check", message)
+            raise ChannelRefusedError("dingtalk-security-check", message)  # signature, keyword or IP
         raise PermanentSendError("dingtalk-error", f"{code} {message}")

@@ -10,6 +10,7 @@ import orjson
 
 from trainwatch_notifier.channels.base import (
     Body,
+    ChannelRefusedError,
     HttpChannel,
     PermanentSendError,
     RateLimitedError,
@@ -28,6 +29,8 @@ PERMANENT_CODES = {
     19022: "ip-not-allowed",
     19024: "keyword-not-found",
 }
+# Of those, the ones every request of the channel gets until its configuration is fixed.
+CHANNEL_REFUSALS = {19001, 19021, 19022, 19024}
 
 
 def feishu_sign(secret: str, timestamp: int) -> str:
@@ -67,5 +70,6 @@ class FeishuChannel(HttpChannel):
         if code == RATE_LIMITED:
             raise RateLimitedError("feishu-rate-limited", message)
         if isinstance(code, int) and code in PERMANENT_CODES:
-            raise PermanentSendError(f"feishu-{PERMANENT_CODES[code]}", f"{code} {message}")
+            error = ChannelRefusedError if code in CHANNEL_REFUSALS else PermanentSendError
+            raise error(f"feishu-{PERMANENT_CODES[code]}", f"{code} {message}")
         raise PermanentSendError("feishu-error", f"{code} {message}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainwatch_notifier.channels.base import (
     Body,
+    ChannelRefusedError,
     HttpChannel,
     PermanentSendError,
     RateLimitedError,
@@ -75,5 +76,5 @@ class WeComChannel(HttpChannel):
         if code == FREQ_OUT_OF_LIMIT:
             raise RateLimitedError("wecom-rate-limited", message)
         if code == 93000:
-            raise PermanentSendError("wecom-invalid-key", message)
+            raise ChannelRefusedError("wecom-invalid-key", message)
         raise PermanentSendError("wecom-error", f"{code} {message}")
