@@ -10,6 +10,8 @@ that made it, never the token.
     GET  /v1/silences/{id}             one (viewer)
     POST /v1/silences/{id}/expire      end it now (admin); nothing it suppressed is re-sent
     GET  /v1/suppressions?silence_id=  what silences held back, newest first (viewer)
+    GET  /v1/dead-letters?after=&reason=  what the notifier gave up on, oldest first (viewer)
+    POST /v1/dead-letters/{seq}/replay    send it again through its channel (admin)
 """
 
 # No "from __future__ import annotations": FastAPI reads the dependencies' annotations at run time.
@@ -21,8 +23,11 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, model_validator
 
+from trainwatch_common import parse_job_event
 from trainwatch_common.api_auth import bearer_scheme, client_address, require_role
 from trainwatch_common.auth import Role, token_id
+from trainwatch_notifier.deadletter import DeadLetter, DeadLetterBox
+from trainwatch_notifier.replay import Replayer, ReplayRefused
 from trainwatch_notifier.silence_store import SilenceStore
 from trainwatch_notifier.silences import MAX_DURATION_SECONDS, Matchers, Silence
 
@@ -163,3 +168,95 @@ async def list_suppressions(
         "items": [{**item, "suppressed_at": item["suppressed_at"].isoformat()} for item in items],
         "next_before": next_before,
     }
+
+
+# -- dead letters (issue 18 item 6) ----------------------------------------------------------
+def _box(request: Request) -> DeadLetterBox:
+    box: DeadLetterBox | None = getattr(request.app.state, "dead_letters", None)
+    if box is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the notifier is starting or stopping")
+    return box
+
+
+def _replayer(request: Request) -> Replayer:
+    replayer: Replayer | None = getattr(request.app.state, "replayer", None)
+    if replayer is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the notifier is starting or stopping")
+    return replayer
+
+
+class DeadLetterView(BaseModel):
+    seq: int
+    reason: str
+    channel: str
+    event_id: str
+    detail: str
+    dead_lettered_at: datetime | None
+    job: dict[str, Any] | None = Field(
+        None, description="cluster, namespace, kind, name and phase, if readable"
+    )
+
+    @classmethod
+    def of(cls, letter: DeadLetter) -> "DeadLetterView":
+        return cls(
+            seq=letter.seq,
+            reason=letter.reason,
+            channel=letter.channel,
+            event_id=letter.event_id,
+            detail=letter.detail,
+            dead_lettered_at=letter.time,
+            job=_job_summary(letter.payload),
+        )
+
+
+def _job_summary(payload: bytes) -> dict[str, Any] | None:
+    try:
+        event = parse_job_event(payload)
+    except Exception:  # a malformed event's letter: shown without its job
+        return None
+    job = event.job
+    return {
+        "cluster_id": job.cluster_id,
+        "namespace": job.namespace,
+        "kind": job.kind,
+        "name": job.name,
+        "uid": job.uid,
+        "phase": event.phase.value,
+        "sequence": event.sequence,
+    }
+
+
+@router.get("/dead-letters")
+async def list_dead_letters(
+    request: Request,
+    _: ViewerDep,
+    after: Annotated[int, Query(ge=0, description="The previous page's next_after")] = 0,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    reason: Annotated[str | None, Query(max_length=100, pattern=r"^[-a-z0-9]+$")] = None,
+) -> dict[str, Any]:
+    letters = await _box(request).page(after=after, limit=limit, reason=reason)
+    return {
+        "items": [DeadLetterView.of(letter).model_dump(mode="json") for letter in letters],
+        "next_after": letters[-1].seq if len(letters) == limit else None,
+    }
+
+
+@router.post("/dead-letters/{seq}/replay")
+async def replay_dead_letter(seq: int, request: Request, _: AdminDep, actor: ActorDep) -> dict[str, Any]:
+    try:
+        result = await _replayer(request).replay(seq)
+    except ReplayRefused as exc:
+        code = status.HTTP_404_NOT_FOUND if exc.missing else status.HTTP_409_CONFLICT
+        raise HTTPException(code, str(exc)) from None
+    log.info(
+        "dead letter replayed",
+        extra={
+            "seq": seq,
+            "channel": result.letter.channel,
+            "event_id": result.letter.event_id,
+            "outcome": result.outcome,
+            "actor": actor,
+            "client": client_address(request),
+        },
+    )
+    return {"outcome": result.outcome, "detail": result.detail, "letter": DeadLetterView.of(result.letter)}

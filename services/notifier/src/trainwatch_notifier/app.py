@@ -50,12 +50,13 @@ from trainwatch_notifier import api
 from trainwatch_notifier.channel_health import ChannelHealth
 from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
-from trainwatch_notifier.deadletter import DeadLetters
+from trainwatch_notifier.deadletter import DeadLetterBox, DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
 from trainwatch_notifier.migrations import upgrade_to_head
 from trainwatch_notifier.order import JobOrder
+from trainwatch_notifier.replay import Replayer
 from trainwatch_notifier.rules_source import RulesSource
 from trainwatch_notifier.settings import NotifierSettings
 from trainwatch_notifier.silence_store import SilenceStore
@@ -226,6 +227,10 @@ class Notifier:
         web.include_router(api.router)
         web.state.tokens = tokens
         web.state.silences = self.silences
+        web.state.dead_letters = box = DeadLetterBox(js)
+        web.state.replayer = Replayer(
+            box, workers, deps.keys, ruleset=lambda: self.rules.current, cluster_labels=self.clusters.labels
+        )
         health = HealthServer(web, host=settings.http_host, port=settings.http_port)
         durable = NOTIFIER_CONSUMER.config.durable_name or "notifier"
         consumer_info = await js.consumer_info(NOTIFIER_CONSUMER.stream, durable)

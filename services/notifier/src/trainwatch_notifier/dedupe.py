@@ -209,6 +209,24 @@ class IdempotencyKeys:
             return None
         return swapped
 
+    async def state_of(self, key: str) -> Claim | None:
+        """What the key says now; None if it has no marker."""
+        try:
+            entry = await self._call(self._kv.get(key))
+        except nats.js.errors.KeyNotFoundError:
+            return None
+        return self._parse(key, entry.value or b"", int(entry.revision or 0))
+
+    async def revive(self, claim: Claim) -> bool:
+        """Remove a "dead" marker, so the delivery can be claimed and sent again (a replay asked
+        for by a person); False if the marker changed since it was read."""
+        assert claim.state == "dead"
+        try:
+            await self._call(self._kv.delete(claim.key, last=claim.revision))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
+
     async def mark_sent(self, keys: list[str]) -> None:
         await self._set_all(keys, f"sent|{self._clock():.3f}")
 

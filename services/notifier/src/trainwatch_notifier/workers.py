@@ -64,6 +64,9 @@ class ChannelWorkers:
             self._retired.add(task)
             task.add_done_callback(self._retired.discard)
 
+    def has(self, channel: str) -> bool:
+        return channel in self._workers
+
     def submit(self, item: Item) -> bool:
         """Queue a delivery; False if its channel is gone (a reload raced with routing)."""
         worker = self._workers.get(item.delivery.channel)

@@ -14,9 +14,12 @@
         [--label k=v] [--category OOMKilled] --for 2h --reason TEXT [--author NAME]
     trainwatch silences list [--state active|expired|all] | expire ID | suppressed [--silence ID]
 
+    trainwatch notifications dead-letters list [--reason R] [--after SEQ] | replay SEQ [SEQ ...]
+
 The API URL and token come from --api-url / --token or TRAINWATCH_API_URL / TRAINWATCH_API_TOKEN;
 the jobs commands read the persister's query API at --query-url or TRAINWATCH_QUERY_URL, the
-silences commands the notifier's admin API at --notifier-url or TRAINWATCH_NOTIFIER_URL.
+silences and notifications commands the notifier's admin API at --notifier-url or
+TRAINWATCH_NOTIFIER_URL.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ jobs = typer.Typer(no_args_is_help=True, help="Jobs, from the persister's query 
 app.add_typer(jobs, name="jobs")
 silences = typer.Typer(no_args_is_help=True, help="Silences, from the notifier's admin API.")
 app.add_typer(silences, name="silences")
+notifications = typer.Typer(no_args_is_help=True, help="Notifications, from the notifier's admin API.")
+app.add_typer(notifications, name="notifications")
+dead_letters = typer.Typer(no_args_is_help=True, help="Notifications the notifier gave up on.")
+notifications.add_typer(dead_letters, name="dead-letters")
 
 
 def _version(value: bool) -> None:
@@ -1068,6 +1075,74 @@ def silences_suppressed(
         )  # fmt: skip
     out.print(table)
     out.print(f"{len(items)} suppressed notification(s)")
+
+
+# -- notifications: the notifier's dead letters ----------------------------------------------
+
+
+def _letter_job(letter: dict[str, Any]) -> str:
+    job = letter.get("job")
+    if not job:
+        return "(unreadable event)"
+    return f"{job['cluster_id']} {job['namespace']}/{job['name']} ({job['kind']}) {job['phase']}"
+
+
+@dead_letters.command("list")
+def dead_letters_list(
+    reason: Annotated[
+        str | None, typer.Option("--reason", help="Only this reason's, e.g. feishu-bad-signature")
+    ] = None,
+    after: Annotated[int, typer.Option("--after", min=0, help="Start after this sequence")] = 0,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=500)] = 100,
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """Notifications the notifier gave up on, oldest first, with the reason each was refused."""
+    params: dict[str, Any] = {"after": after, "limit": limit}
+    if reason:
+        params["reason"] = reason
+    page = _call(notifier_url, token, "GET", "/v1/dead-letters", service=NOTIFIER_API, params=params)
+    items = page["items"]
+    if _emit(items, output):
+        return
+    table = Table("SEQ", "AT", "CHANNEL", "REASON", "JOB", "DETAIL")
+    for item in items:
+        at = item["dead_lettered_at"] or ""
+        table.add_row(
+            *map(
+                escape,
+                (str(item["seq"]), at, item["channel"], item["reason"], _letter_job(item), item["detail"]),
+            )
+        )
+    out.print(table)
+    more = f"; more after --after {page['next_after']}" if page.get("next_after") else ""
+    out.print(f"{len(items)} dead letter(s){more}")
+
+
+@dead_letters.command("replay")
+def dead_letters_replay(
+    seqs: Annotated[list[int], typer.Argument(metavar="SEQ...", help="Sequences from the list")],
+    output: OutputOpt = Output.table,
+    notifier_url: NotifierUrl = DEFAULT_NOTIFIER_URL,
+    token: Token = "",
+) -> None:
+    """Send dead-lettered notifications again through their channels (admin token); each one
+    delivered is removed from the list. Fix the channel first: a refusal leaves it listed."""
+    results = [
+        _call(notifier_url, token, "POST", f"/v1/dead-letters/{seq}/replay", service=NOTIFIER_API)
+        for seq in seqs
+    ]
+    if _emit(results, output):
+        return
+    for result in results:
+        letter = result["letter"]
+        detail = f": {result['detail']}" if result["detail"] else ""
+        out.print(
+            f"{letter['seq']} {escape(_letter_job(letter))} -> {escape(result['outcome'])}{escape(detail)}"
+        )
+    if any(result["outcome"] != "sent" and result["outcome"] != "already-sent" for result in results):
+        raise typer.Exit(1)
 
 
 # -- jobs: the persister's query API ---------------------------------------------------------
