@@ -226,7 +226,7 @@ async def sql_counts(database_url: str) -> tuple[int, int]:
 def parse_card(received: Received) -> tuple[str, Seen] | None:
     """(uid, what the card says) from a job card: the uid from the dashboard link
     ``.../jobs/<cluster>/<uid>``, the phase from the title's end ("... Succeeded", or
-    "... Succeeded (finishing)" for an outcome that is not terminal yet)."""
+    "... Succeeded (finishing)", "... Failed (aborting)" for an outcome not terminal yet)."""
     card = received.body.get("card") or {}
     title = str(card.get("header", {}).get("title", {}).get("content", ""))
     link = ""
@@ -236,12 +236,14 @@ def parse_card(received: Received) -> tuple[str, Seen] | None:
     if "/jobs/" not in link:
         return None  # a digest (links to the dashboard) or something else
     uid = link.rstrip("/").rsplit("/", 1)[-1]
-    finishing = title.endswith("(finishing)")
-    words = title.removesuffix("(finishing)").split()
+    # The phase may be followed by where in it the job is: "Failed (aborting)", "Pending (queued)";
+    # a Succeeded or Failed with one is not terminal yet.
+    head, _, sub_phase = title.rpartition(" (") if title.endswith(")") else (title, "", "")
+    words = head.split()
     if not words:
         return None
     phase = words[-1]
-    terminal = phase in ("Succeeded", "Failed") and not finishing
+    terminal = phase in ("Succeeded", "Failed") and not sub_phase
     return uid, Seen(
         "transition", phase, None, terminal,
         ident=received.idempotency_key, detail=title, resend=received.resend,

@@ -227,7 +227,8 @@ class JobFacts:
     def phase_name(self) -> str:
         """The phase, and where in it the job is: "Pending (queued)", "等待中（排队中）"."""
         name = PHASE_NAMES[self.language][self.event.phase.value]
-        sub_phase = self.event.sub_phase
+        # Terminal: the outcome is final, whatever sub-phase the event still names.
+        sub_phase = None if self.event.terminal else self.event.sub_phase
         finishing = self.event.phase in (Phase.SUCCEEDED, Phase.FAILED) and not self.event.terminal
         if sub_phase is None and finishing:
             sub_phase = SubPhase.FINISHING
