@@ -1,5 +1,6 @@
-"""Silences through the dashboard (issue 18): the card's signed link, confirmed by a signed-in
-admin, silences the job; the pages escape what clusters send.
+"""Silences and dead letters through the dashboard (issue 18): the card's signed link, confirmed
+by a signed-in admin, silences the job; a dead letter is listed and replayed once its channel is
+fixed; the pages escape what clusters send.
 
 All real: nats-server, Redis, the notifier (in-process, on a real port, SQLite), the registry
 (in-process over ASGI, SQLite, which checks the sign-ins) and the dashboard (over ASGI).
@@ -150,7 +151,9 @@ async def stack(
                 headers={"Authorization": f"Bearer {ADMIN}"},
             )
             async with browser, notifier_api:
-                yield {"browser": browser, "api": notifier_api, "sink": feishu_sink, "js": js}
+                yield {
+                    "browser": browser, "api": notifier_api, "sink": feishu_sink, "js": js, "rules": rules,
+                }  # fmt: skip
     finally:
         stop.set()
         await asyncio.wait_for(task, 20)
@@ -284,3 +287,58 @@ async def test_silence_pages_escape_text_from_clusters_and_users(stack: dict[str
     confirm = (await browser.get(f"/silences/new?{urlencode(link)}")).text
     assert NASTY not in confirm
     assert "&lt;img src=x onerror=alert(1)&gt;" in confirm
+
+
+def rules_for(sink: FeishuSink, secret: str) -> str:
+    return (
+        f"channels:\n  ml:\n    type: feishu\n    url: {sink.url('ml')}\n    secret: {secret}\n"
+        "    digest: {enabled: false}\nrules:\n  - name: all\n    channels: [ml]\n"
+    )
+
+
+async def test_a_dead_letter_is_listed_escaped_and_replayed_by_an_admin_once_the_channel_is_fixed(
+    stack: dict[str, Any],
+) -> None:
+    """Issue 18 item 6: the dashboard shows the dead letters; only an admin replays one."""
+    browser, api, sink, js, rules = stack["browser"], stack["api"], stack["sink"], stack["js"], stack["rules"]
+    rules.write_text(rules_for(sink, "a-wrong-secret-for-the-bot"))
+
+    async def reloaded() -> bool:
+        await publish_job_event(js, event("probe", uid=f"uid-probe-{time.monotonic_ns()}"))
+        letters = (await api.get("/v1/dead-letters")).json()["items"]
+        return any(letter["reason"] == "feishu-bad-signature" for letter in letters)
+
+    await eventually(reloaded, timeout=15, message="the wrong secret loaded and refused")
+    await publish_job_event(js, event(NASTY, uid="uid-nasty"))
+
+    async def nasty_letter() -> dict[str, Any] | None:
+        letters = (await api.get("/v1/dead-letters")).json()["items"]
+        return next((d for d in letters if d["job"] and d["job"]["uid"] == "uid-nasty"), None)
+
+    letter = await eventually(nasty_letter, message="the nasty job's notification dead-lettered")
+    seq = letter["seq"]
+    await sign_in(browser, VIEWER)
+    page = (await browser.get("/dead-letters")).text
+    assert f'id="dead-letter-{seq}"' in page
+    assert "feishu-bad-signature" in page
+    assert NASTY not in page
+    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    refused = await browser.post(f"/dead-letters/{seq}/replay")
+    assert refused.status_code == 303
+    assert "admin" in (await browser.get(refused.headers["location"])).text
+    before = len(sink.received)
+
+    rules.write_text(rules_for(sink, "demo"))  # fixed
+
+    async def ready() -> bool:
+        return (await api.get("/readyz")).status_code == 200
+
+    await eventually(ready, timeout=15, message="the fixed channel loaded")
+    await sign_in(browser, ADMIN)
+    replayed = await browser.post(f"/dead-letters/{seq}/replay")
+    assert replayed.status_code == 303
+    assert "outcome=sent" in replayed.headers["location"]
+    assert f"Dead letter {seq} sent and removed." in (await browser.get(replayed.headers["location"])).text
+    titles = [r.body["card"]["header"]["title"]["content"] for r in sink.received[before:]]
+    assert titles == [f"❌ PyTorchJob team-a/{NASTY} Failed"]
+    assert f'id="dead-letter-{seq}"' not in (await browser.get("/dead-letters")).text

@@ -279,6 +279,16 @@ class NotifierClient(_Backend):
         body = await self._request("POST", f"/v1/silences/{_segment(silence_id)}/expire", token=token)
         return body if isinstance(body, dict) else {}
 
+    async def dead_letters(self, *, after: int = 0, limit: int = 100) -> tuple[list[Json], int | None]:
+        """The notifier's dead letters, oldest first, and the ``after`` of the next page."""
+        body = await self._request("GET", "/v1/dead-letters", params={"after": after, "limit": limit})
+        next_after = body.get("next_after") if isinstance(body, dict) else None
+        return Page.from_body(body).items, next_after if isinstance(next_after, int) else None
+
+    async def replay_dead_letter(self, seq: int, *, token: str) -> Json:
+        body = await self._request("POST", f"/v1/dead-letters/{int(seq)}/replay", token=token)
+        return body if isinstance(body, dict) else {}
+
 
 @dataclass(slots=True)
 class Backends:

@@ -44,7 +44,7 @@ LINK_SILENCE_SECONDS = 3600
 _LINK_PARAMS = ("cluster", "namespace", "kind", "name", "uid", "expires", "sig")
 
 
-def _notifier(request: Request) -> NotifierClient:
+def notifier_of(request: Request) -> NotifierClient:
     client = ui_of(request).backends.notifier
     assert client is not None  # build_backends always makes one
     return client
@@ -74,8 +74,8 @@ async def silences_page(request: Request) -> HTMLResponse:
     items: list[dict[str, Any]] = []
     suppressed: list[dict[str, Any]] = []
     try:
-        items = await _notifier(request).list_silences("all")
-        suppressed = await _notifier(request).suppressions(limit=100)
+        items = await notifier_of(request).list_silences("all")
+        suppressed = await notifier_of(request).suppressions(limit=100)
     except BackendError as exc:
         problem = backend_problem(request, exc)
     t = translator(language_of(request))
@@ -94,7 +94,7 @@ async def silences_page(request: Request) -> HTMLResponse:
     )
 
 
-async def _admin_or_refusal(request: Request, back: str) -> str | Response:
+async def admin_or_refusal(request: Request, back: str) -> str | Response:
     """The caller's token to forward, or the answer that sends them to sign in / refuses them."""
     t = translator(language_of(request))
     if not same_origin(request):
@@ -120,7 +120,7 @@ def _problem_redirect(request: Request, exc: Exception) -> Response:
 
 @router.post("/silences")
 async def create_silence(request: Request) -> Response:
-    token = await _admin_or_refusal(request, "/silences")
+    token = await admin_or_refusal(request, "/silences")
     if not isinstance(token, str):
         return token
     form = await _form(request)
@@ -139,7 +139,7 @@ async def create_silence(request: Request) -> Response:
             "reason": form.get("reason", ""),
             "duration_seconds": max(1, int(hours * 3600)),
         }
-        created = await _notifier(request).create_silence(spec, token=token)
+        created = await notifier_of(request).create_silence(spec, token=token)
     except (ValueError, BackendError) as exc:
         return _problem_redirect(request, exc)
     log.info(
@@ -151,11 +151,11 @@ async def create_silence(request: Request) -> Response:
 
 @router.post("/silences/{silence_id}/expire")
 async def expire_silence(request: Request, silence_id: str) -> Response:
-    token = await _admin_or_refusal(request, "/silences")
+    token = await admin_or_refusal(request, "/silences")
     if not isinstance(token, str):
         return token
     try:
-        await _notifier(request).expire_silence(silence_id, token=token)
+        await notifier_of(request).expire_silence(silence_id, token=token)
     except BackendError as exc:
         return _problem_redirect(request, exc)
     log.info(
@@ -203,7 +203,7 @@ async def confirm_silence_link(request: Request) -> Response:
         job = _verify(request, form)  # again: the form's fields are the browser's to change
     except silence_links.LinkRefused as exc:
         return Response(t("silence_link.refused", reason=str(exc)), status_code=403)
-    token = await _admin_or_refusal(request, back)
+    token = await admin_or_refusal(request, back)
     if not isinstance(token, str):
         return token
     spec = {
@@ -214,7 +214,7 @@ async def confirm_silence_link(request: Request) -> Response:
         # No author: the notifier names the token that creates it, the signed-in user's own.
     }
     try:
-        created = await _notifier(request).create_silence(spec, token=token)
+        created = await notifier_of(request).create_silence(spec, token=token)
     except BackendError as exc:
         return _problem_redirect(request, exc)
     log.info(
