@@ -12,6 +12,7 @@ that made it, never the token.
     GET  /v1/suppressions?silence_id=  what silences held back, newest first (viewer)
     GET  /v1/dead-letters?after=&reason=  what the notifier gave up on, oldest first (viewer)
     POST /v1/dead-letters/{seq}/replay    send it again through its channel (admin)
+    GET  /v1/digests/{id}                 the jobs one digest sent, in its order (viewer)
 """
 
 # No "from __future__ import annotations": FastAPI reads the dependencies' annotations at run time.
@@ -19,7 +20,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, status
 from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import BaseModel, Field, model_validator
 
@@ -27,6 +28,7 @@ from trainwatch_common import parse_job_event
 from trainwatch_common.api_auth import bearer_scheme, client_address, require_role
 from trainwatch_common.auth import Role, token_id
 from trainwatch_notifier.deadletter import DeadLetter, DeadLetterBox
+from trainwatch_notifier.digest_store import DigestStore
 from trainwatch_notifier.replay import Replayer, ReplayRefused
 from trainwatch_notifier.silence_store import SilenceStore
 from trainwatch_notifier.silences import MAX_DURATION_SECONDS, Matchers, Silence
@@ -260,3 +262,17 @@ async def replay_dead_letter(seq: int, request: Request, _: AdminDep, actor: Act
         },
     )
     return {"outcome": result.outcome, "detail": result.detail, "letter": DeadLetterView.of(result.letter)}
+
+
+# -- digests (issue 18 item 5) ---------------------------------------------------------------
+@router.get("/digests/{digest_id}")
+async def get_digest(
+    digest_id: Annotated[str, Path(pattern=r"^[0-9a-f]{32}$")], request: Request, _: ViewerDep
+) -> dict[str, Any]:
+    store: DigestStore | None = getattr(request.app.state, "digests", None)
+    if store is None:
+        raise HTTPException(status.HTTP_503_SERVICE_UNAVAILABLE, "the notifier is starting or stopping")
+    digest = await store.get(digest_id)
+    if digest is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, "no such digest (they are kept 30 days)")
+    return digest

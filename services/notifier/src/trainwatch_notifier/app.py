@@ -52,6 +52,7 @@ from trainwatch_notifier.clusters import ClusterDirectory
 from trainwatch_notifier.consumer import JobConsumer
 from trainwatch_notifier.deadletter import DeadLetterBox, DeadLetters
 from trainwatch_notifier.dedupe import IdempotencyKeys
+from trainwatch_notifier.digest_store import DigestStore
 from trainwatch_notifier.dispatch import WorkerDeps
 from trainwatch_notifier.limits import BotLimits
 from trainwatch_notifier.migrations import upgrade_to_head
@@ -182,6 +183,7 @@ class Notifier:
     ) -> None:
         settings = self.settings
         assert self.silences is not None
+        assert self._engine is not None
         js = nc.jetstream()
         await ensure_streams(js)
         await ensure_consumer(js, NOTIFIER_CONSUMER)
@@ -216,6 +218,7 @@ class Notifier:
             after_sent=self._after_sent,
             silence_link=self.silence_link,
             health=self.channel_health,
+            digests=DigestStore(self._engine),
         )
         workers = ChannelWorkers(deps, client)
         assert self.rules.current is not None
@@ -227,6 +230,7 @@ class Notifier:
         web.include_router(api.router)
         web.state.tokens = tokens
         web.state.silences = self.silences
+        web.state.digests = deps.digests
         web.state.dead_letters = box = DeadLetterBox(js)
         web.state.replayer = Replayer(
             box, workers, deps.keys, ruleset=lambda: self.rules.current, cluster_labels=self.clusters.labels

@@ -36,6 +36,7 @@ from trainwatch_notifier.clock import Clock, Sleep
 from trainwatch_notifier.deadletter import DeadLetters
 from trainwatch_notifier.dedupe import Claim, IdempotencyKeys, MarkersUnavailable
 from trainwatch_notifier.digest import BurstDetector
+from trainwatch_notifier.digest_store import DigestStore
 from trainwatch_notifier.limits import BotLimits, Bucket, Token
 from trainwatch_notifier.render.facts import DigestFacts, JobFacts, Mention, job_link
 from trainwatch_notifier.rules import Delivery, Owner
@@ -88,6 +89,8 @@ class WorkerDeps:
     silence_link: Callable[[JobStatusEvent], str | None] = field(default=lambda _event: None)
     # Channels whose bot refuses them outright (wrong secret...): /readyz, one log line a minute.
     health: ChannelHealth = field(default_factory=ChannelHealth)
+    # Where each digest's jobs are recorded for its dashboard view; None: digests link the dashboard.
+    digests: DigestStore | None = None
 
 
 def mention_for(owner: Owner | None, channel_type: str) -> Mention | None:
@@ -210,7 +213,10 @@ class ChannelWorker:
     async def _send(self, to_send: list[Item], lane: Lane) -> None:
         kind = "digest" if len(to_send) > 1 else "single"
         try:
-            body = self._render(to_send) if kind == "digest" else self._render_one(to_send[0])
+            if kind == "digest":
+                body = self._render(to_send, await self._digest_link(to_send))
+            else:
+                body = self._render_one(to_send[0])
         except ValueError as exc:
             await self._give_up(list(zip(to_send, lane.claims, strict=True)), "render-error", str(exc))
             return
@@ -259,7 +265,24 @@ class ChannelWorker:
     def _render_one(self, item: Item) -> Body:
         return self.channel.render(self._facts(item))
 
-    def _render(self, items: list[Item]) -> Body:
+    async def _digest_link(self, items: list[Item]) -> str:
+        """The dashboard view of exactly these jobs, or the dashboard itself while SQL is away (a
+        digest is never held back for its link)."""
+        store, dashboard = self.deps.digests, self.deps.dashboard_url
+        if store is None:
+            return dashboard
+        title = f"{len(items)} job updates ({self.name})"
+        try:
+            digest_id = await store.record(self.name, title, [item.event for item in items])
+        except Exception as exc:  # SQL away, or slow: the plain link this once
+            log.warning(
+                "digest not recorded; its link opens the dashboard",
+                extra={"channel": self.name, "error": repr(exc)[:200]},
+            )
+            return dashboard
+        return f"{dashboard.rstrip('/')}/digests/{digest_id}"
+
+    def _render(self, items: list[Item], link: str) -> Body:
         config = self.channel.config
         digest = DigestFacts(
             items=[self._facts(item) for item in items],
@@ -267,7 +290,7 @@ class ChannelWorker:
             # the hold.
             seconds=max(1, round(items[-1].queued_at - items[0].queued_at)),
             language=config.language,
-            dashboard_url=self.deps.dashboard_url,
+            dashboard_url=link,
             max_listed=config.digest.max_listed,
         )
         return self.channel.render_digest(digest)

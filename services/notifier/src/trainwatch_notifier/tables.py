@@ -3,11 +3,25 @@
 - ``silences``: every silence ever created; an expired one stays (listed as expired).
 - ``suppressions``: each notification a silence held back, with the event as received, one row
   per event (the silence it matched first): what a silence suppressed is never lost.
+- ``digests`` and ``digest_jobs``: the jobs each digest sent, in its order, for the dashboard view
+  its "open" link shows (exactly those jobs); kept 30 days.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 metadata = MetaData()
 
@@ -50,4 +64,31 @@ suppressions = Table(
     Column("suppressed_at", DateTime(timezone=True), nullable=False),
     Column("event", Text, nullable=False, doc="the CloudEvent as received"),
     Index("ix_suppressions_silence_id", "silence_id", "id"),
+)
+
+digests = Table(
+    "digests",
+    metadata,
+    Column("id", String(32), primary_key=True, doc="random: the link names it, nobody can guess one"),
+    Column("channel", String(200), nullable=False),
+    Column("title", Text, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Index("ix_digests_created_at", "created_at"),
+)
+
+digest_jobs = Table(
+    "digest_jobs",
+    metadata,
+    Column("digest_id", String(32), primary_key=True),
+    Column("position", Integer, primary_key=True),
+    Column("event_id", String(300), nullable=False),
+    Column("cluster_id", String(63), nullable=False),
+    Column("namespace", String(63), nullable=False),
+    Column("kind", String(63), nullable=False),
+    Column("name", String(253), nullable=False),
+    Column("uid", String(128), nullable=False),
+    Column("phase", String(32), nullable=False),
+    Column("terminal", Boolean, nullable=False),
+    Column("reason", Text, nullable=True),
+    Column("observed_at", DateTime(timezone=True), nullable=False),
 )

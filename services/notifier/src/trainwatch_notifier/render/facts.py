@@ -323,7 +323,7 @@ class DigestFacts:
     items: Sequence[JobFacts]
     seconds: int
     language: Language
-    dashboard_url: str
+    dashboard_url: str  # where its "open" link goes: the digest's own view of its jobs
     max_listed: int
     reason_chars: int = DIGEST_REASON_MAX_CHARS
     max_clusters: int | None = None  # summary lines; None: one per cluster
