@@ -153,6 +153,7 @@ async def stack(
             async with browser, notifier_api:
                 yield {
                     "browser": browser, "api": notifier_api, "sink": feishu_sink, "js": js, "rules": rules,
+                    "notifier": notifier,
                 }  # fmt: skip
     finally:
         stop.set()
@@ -342,3 +343,41 @@ async def test_a_dead_letter_is_listed_escaped_and_replayed_by_an_admin_once_the
     titles = [r.body["card"]["header"]["title"]["content"] for r in sink.received[before:]]
     assert titles == [f"❌ PyTorchJob team-a/{NASTY} Failed"]
     assert f'id="dead-letter-{seq}"' not in (await browser.get("/dead-letters")).text
+
+
+async def test_a_digests_link_opens_the_view_of_exactly_its_jobs_escaped(stack: dict[str, Any]) -> None:
+    """Issue 18 item 5: a digest's "open" link shows the jobs it digested, not the whole dashboard."""
+    browser, sink, js, rules = stack["browser"], stack["sink"], stack["js"], stack["rules"]
+    rules.write_text(
+        f"channels:\n  ml:\n    type: feishu\n    url: {sink.url('ml')}\n    secret: demo\n"
+        "    digest: {threshold: 1, window_seconds: 60, hold_seconds: 1.0, max_listed: 2}\n"
+        "rules:\n  - name: all\n    channels: [ml]\n"
+    )
+    loaded = stack["notifier"].rules.version
+    await eventually(lambda: stack["notifier"].rules.version > loaded, message="the digest rules loaded")
+    await publish_job_event(js, event("warm-up"))  # the channel has sent once: the burst is on
+    await eventually(lambda: len(sink.received) == 1, timeout=15, message="the first card")
+    names = [NASTY] + [f"burst-{n}" for n in range(5)]  # the first of the burst opens the digest
+    for n, name in enumerate(names):
+        await publish_job_event(js, event(name, uid=f"uid-burst-{n}"))
+
+    def digest_link() -> str | None:
+        for received in sink.received[1:]:
+            card = received.body["card"]
+            if "job updates" in card["header"]["title"]["content"]:
+                return str(card["body"]["elements"][1]["behaviors"][0]["default_url"])
+        return None
+
+    link = await eventually(digest_link, timeout=15, message="a digest card")
+    assert link.startswith("http://localhost/digests/")
+    recorded = (await stack["api"].get(f"/v1/digests/{link.rsplit('/', 1)[1]}")).json()["items"]
+    assert recorded[0]["name"] == NASTY
+    assert len(recorded) >= 2  # load may split the burst in two digests; this one holds its start
+    await sign_in(browser, VIEWER)
+    page = (await browser.get(urlsplit(link).path)).text
+    for job in recorded:  # exactly its jobs, every one (the card lists only 2)
+        assert f'href="/jobs/alpha/{job["uid"]}"' in page
+    assert page.count('<tr id="digest-job-') == len(recorded)
+    assert NASTY not in page
+    assert "team-a/&lt;img src=x onerror=alert(1)&gt;" in page
+    assert (await browser.get("/digests/" + "0" * 32)).status_code == 404

@@ -24,7 +24,7 @@ from prometheus_client.registry import Collector
 
 from trainwatch_common.observability.health import health_routes, nats_status
 from trainwatch_common.tasks import ServiceTasks
-from trainwatch_dashboard import admin, dead_letters, pages, silences
+from trainwatch_dashboard import admin, dead_letters, digests, pages, silences
 from trainwatch_dashboard.backends import build_backends
 from trainwatch_dashboard.guard import SignInGuard
 from trainwatch_dashboard.live import Broker, LiveFeed
@@ -196,4 +196,5 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
     app.include_router(admin.router)
     app.include_router(silences.router)
     app.include_router(dead_letters.router)
+    app.include_router(digests.router)
     return app

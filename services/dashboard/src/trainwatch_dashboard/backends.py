@@ -285,6 +285,11 @@ class NotifierClient(_Backend):
         next_after = body.get("next_after") if isinstance(body, dict) else None
         return Page.from_body(body).items, next_after if isinstance(next_after, int) else None
 
+    async def digest(self, digest_id: str) -> Json:
+        """One digest's jobs, in the order it listed them."""
+        body = await self._request("GET", f"/v1/digests/{_segment(digest_id)}")
+        return body if isinstance(body, dict) else {}
+
     async def replay_dead_letter(self, seq: int, *, token: str) -> Json:
         body = await self._request("POST", f"/v1/dead-letters/{int(seq)}/replay", token=token)
         return body if isinstance(body, dict) else {}
