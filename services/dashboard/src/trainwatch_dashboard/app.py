@@ -23,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from trainwatch_common.observability.health import health_routes, nats_status
+from trainwatch_common.observability.loop_lag import measure_loop_lag
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_dashboard import admin, dead_letters, digests, pages, silences
 from trainwatch_dashboard.backends import build_backends
@@ -177,6 +178,7 @@ def create_app(settings: DashboardSettings, *, transport: httpx.AsyncBaseTranspo
         )
         app.state.live = live
         tasks.start("dashboard-live-feed", live.run)
+        tasks.start("dashboard-loop-lag", measure_loop_lag)
         try:
             yield
         finally:

@@ -35,6 +35,7 @@ from trainwatch_common.observability.health import (
     health_routes,
     nats_status,
 )
+from trainwatch_common.observability.loop_lag import measure_loop_lag
 from trainwatch_common.redis_connection import describe as describe_redis
 from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.sql_engine import create_engine
@@ -258,6 +259,7 @@ class Notifier:
         try:
             async with tasks:  # on any way out: the rest stopped, newest first
                 tasks.start("notifier-health", lambda: health.serve(health_started))
+                tasks.start("notifier-loop-lag", measure_loop_lag)
                 tasks.start("notifier-clusters", lambda: self.clusters.watch(js))
                 tasks.start("notifier-rules", self.rules.watch)
                 await health_started.wait()

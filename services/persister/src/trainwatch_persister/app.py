@@ -25,6 +25,7 @@ from trainwatch_common.observability import task_dump
 from trainwatch_common.observability.database import install_database_unavailable_handler
 from trainwatch_common.observability.health import OK, health_routes, nats_status
 from trainwatch_common.observability.logging import configure_logging
+from trainwatch_common.observability.loop_lag import measure_loop_lag
 from trainwatch_common.streams import PERSISTER_CONSUMER
 from trainwatch_common.tasks import ServiceTasks
 from trainwatch_persister import __version__, retention
@@ -115,6 +116,7 @@ async def run_service(settings: PersisterSettings, app: FastAPI) -> AsyncIterato
             interval = settings.jobs_gauge_interval_seconds
             tasks.start("persister-consumer-pending", lambda: report_consumer_pending(js, interval))
         job_gauge = JobGauge(engine)
+        tasks.start("persister-loop-lag", measure_loop_lag)
         tasks.start("persister-jobs-gauge", lambda: job_gauge.run(settings.jobs_gauge_interval_seconds))
         if settings.retention_days > 0:
 

@@ -27,6 +27,7 @@ from trainwatch_common.observability.database import (
     install_database_unavailable_handler,
 )
 from trainwatch_common.observability.health import OK, health_routes
+from trainwatch_common.observability.loop_lag import measure_loop_lag
 from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.sql_engine import create_engine
 from trainwatch_common.tasks import ServiceTasks
@@ -167,6 +168,7 @@ def create_app(settings: RegistrySettings, *, tokens: ApiTokens | None = None) -
             app.state.engine, app.state.bus = engine, bus
 
             tasks.start("registry-nats", bus.run)
+            tasks.start("registry-loop-lag", measure_loop_lag)
             if settings.registry_outbox_relay_enabled:
                 tasks.start("registry-outbox-relay", relay.run)
             tasks.start("registry-credentials-expiry", expiry.run)

@@ -29,6 +29,7 @@ from trainwatch_common.observability.health import (
     nats_status,
 )
 from trainwatch_common.observability.logging import configure_logging
+from trainwatch_common.observability.loop_lag import measure_loop_lag
 from trainwatch_common.redis_connection import describe as describe_redis
 from trainwatch_common.redis_connection import redis_client
 from trainwatch_common.streams import ensure_streams
@@ -179,6 +180,7 @@ class WatcherApp:
             try:
                 async with tasks:  # stopped newest first: unowned count, claims, feed, health server
                     tasks.start("watcher-health-server", health_server.serve)
+                    tasks.start("watcher-loop-lag", measure_loop_lag)
                     tasks.start("watcher-cluster-feed", lambda: feed.run(ownership.apply))
                     tasks.start("watcher-claims", claims.run)
                     tasks.start("watcher-unowned-clusters", unowned.run)
