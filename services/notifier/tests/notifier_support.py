@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -31,6 +32,7 @@ from trainwatch_common.testing.events import publish_job_event
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.dedupe import IdempotencyKeys
 from trainwatch_notifier.settings import NotifierSettings
+from trainwatch_notifier.sink import FeishuSink
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 
@@ -196,3 +198,12 @@ async def delivery_marker(js: JetStreamContext, event_id: str, channel: str = "m
     except (KeyNotFoundError, KeyDeletedError):
         return None
     return entry.value
+
+
+def covered(sink: FeishuSink) -> int:
+    """How many events the cards the sink received tell of: a digest's title counts its jobs."""
+    total = 0
+    for received in sink.received:
+        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
+        total += int(match.group(1)) if match else 1
+    return total

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 from nats.js import JetStreamContext
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_support import all_acked, feishu_rules, make_event, publish, running, settings_for
 
 from trainwatch_common.testing import eventually
 from trainwatch_notifier.app import Notifier
@@ -35,11 +35,6 @@ def api(notifier: Notifier, token: str = ADMIN) -> httpx.AsyncClient:
         headers={"Authorization": f"Bearer {token}"},
         timeout=30,
     )
-
-
-async def all_acked(js: JetStreamContext) -> bool:
-    info = await js.consumer_info("JOBS", "notifier")
-    return info.num_ack_pending == 0 and info.num_pending == 0
 
 
 async def letters(http: httpx.AsyncClient, **params: Any) -> list[dict[str, Any]]:

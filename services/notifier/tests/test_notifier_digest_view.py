@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from nats.js import JetStreamContext
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_support import covered, feishu_rules, make_event, publish, running, settings_for
 
 from trainwatch_common.testing import eventually
 from trainwatch_notifier.app import Notifier
@@ -28,14 +28,6 @@ DIGEST_LINK = re.compile(r"^https://dash\.example\.com/digests/([0-9a-f]{32})$")
 @pytest.fixture(autouse=True)
 def _tokens(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRAINWATCH_VIEWER_TOKENS", VIEWER)
-
-
-def covered(sink: FeishuSink) -> int:
-    total = 0
-    for received in sink.received:
-        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
-        total += int(match.group(1)) if match else 1
-    return total
 
 
 def open_link(card: dict[str, Any]) -> str:

@@ -3,27 +3,17 @@
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
-from notifier_support import feishu_rules, make_event, publish, running, settings_for
+from notifier_support import covered, feishu_rules, make_event, publish, running, settings_for
 
 from trainwatch_common import Phase
 from trainwatch_common.testing import eventually
 from trainwatch_notifier.app import Notifier
 from trainwatch_notifier.sink import FeishuSink
-
-
-def covered(sink: FeishuSink) -> int:
-    """How many events the cards the sink received tell of: a digest's title counts its jobs."""
-    total = 0
-    for received in sink.received:
-        match = re.match(r"(\d+) job updates", received.body["card"]["header"]["title"]["content"])
-        total += int(match.group(1)) if match else 1
-    return total
 
 
 def max_in_window(times: list[float], window: float) -> int:
