@@ -81,3 +81,20 @@ def test_the_newest_resource_version_of_the_stream_is_where_a_lost_checkpoint_re
 def test_opaque_resource_versions_are_not_compared() -> None:
     heads = {"a": StreamHead(2, record(2), resource_version="120"), "b": StreamHead(1, None, "x9")}
     assert recover({}, heads).resource_version is None
+
+
+def test_the_jobs_the_stream_is_ahead_of_are_named_so_nothing_is_emitted_from_their_stale_records() -> None:
+    """Short chaos seed 1: a resumed informer diagnosed a job from its stale checkpoint record
+    (Pending, sequence 0) and emitted a diagnosis update under sequence 1, which the stream held
+    as the job's Running; the informer restarted and the Running came twice."""
+    checkpoint = {"stale": record(0, Phase.PENDING), "level": record(3), "gone": record(1)}
+    stream = {
+        "stale": StreamHead(1, record(1)),
+        "level": StreamHead(3, record(3)),
+        "gone": StreamHead(2, None),
+        "new": StreamHead(4, record(4)),
+    }
+    result = recover(checkpoint, stream)
+    assert result.ahead == {"stale", "gone"}  # the checkpoint's own jobs with newer events
+    assert result.records["level"] is checkpoint["level"]
+    assert recover({"a": record(3)}, {"a": StreamHead(3, record(3))}).ahead == frozenset()

@@ -112,6 +112,7 @@ class Informer(WatchHooks):
         self._history = history
         # The checkpoint set right by the stream, held while a resume from the checkpoint replays.
         self._records_for_relist: dict[str, JobRecord] | None = None
+        self._ahead_of_checkpoint: frozenset[str] = frozenset()  # see _stream_is_ahead
         self._closed_for_relist: dict[str, int] = {}
         # uid -> sequence of its deletion, of jobs the stream holds as deleted, during a relist
         # that may bring one back (``recovery.Recovered.closed``); emptied once the list is done.
@@ -222,6 +223,7 @@ class Informer(WatchHooks):
                 # records, so each event the stream already holds comes again, the same, under
                 # its id. Only if that replay is refused (410) does the relist need the stream.
                 self._records_for_relist = recovered.records
+                self._ahead_of_checkpoint = recovered.ahead
                 self._closed_for_relist = recovered.closed
                 self._unsaved_records_for_relist = _records_changed(self._records, recovered.records)
         self._metrics.cache_jobs.inc(len(self._records))
@@ -325,6 +327,14 @@ class Informer(WatchHooks):
                 )
                 return
 
+    def _stream_is_ahead(self, uid: str) -> bool:
+        """The JOBS stream holds newer events of this job than the checkpoint being resumed from:
+        its record is stale until the replay brings those events again (a relist, if the replay
+        is refused, takes the stream's). Diagnosed from the stale record, a diagnosis update would
+        take the sequence of an event the stream already holds (short chaos seed 1: a diagnosis
+        update of a Pending job under the id of its stored Running, then the Running twice)."""
+        return self._records_for_relist is not None and uid in self._ahead_of_checkpoint
+
     async def _link_checkpointed_job(self, obj: Any) -> None:
         assert self._diagnoser is not None
         try:
@@ -332,6 +342,8 @@ class Informer(WatchHooks):
             record = self._records.get(uid)
             if record is None or not self._in_scope(namespace) or self._diagnoser.tracked(uid) is not None:
                 return
+            if self._stream_is_ahead(uid):
+                return  # the replay's own event of it tracks it, from a current record
             related = await self._companion(namespace, name, _resource_version(metadata))
             status = normalize_object(self.spec.kind, obj, record.last, related=related)
         except MalformedObject:
@@ -539,7 +551,7 @@ class Informer(WatchHooks):
     async def _rediagnose_one(self, diagnoser: JobDiagnoser, uid: str) -> None:
         record = self._records.get(uid)
         tracked = diagnoser.tracked(uid)
-        if record is None or tracked is None:
+        if record is None or tracked is None or self._stream_is_ahead(uid):
             return
         now = datetime.now(UTC)
         diagnosis = diagnoser.diagnose(uid, now)

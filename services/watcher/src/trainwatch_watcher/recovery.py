@@ -44,11 +44,15 @@ class Recovered:
     # can resume the watch from it (and see what happened since, terminal states included)
     # instead of relisting, which shows only the jobs that still exist.
     resource_version: str | None = None
+    # Jobs of the checkpoint whose stream holds newer events (their checkpoint record is stale):
+    # nothing may be emitted from their checkpoint record before the replay sets it right.
+    ahead: frozenset[str] = frozenset()
 
 
 def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> Recovered:
     """Per uid, the record of whichever of checkpoint and stream saw the later sequence."""
     result = Recovered()
+    ahead: set[str] = set()
     for uid, record in checkpoint.items():
         head = stream.get(uid)
         if head is None or head.sequence <= record.slot.sequence:
@@ -56,6 +60,7 @@ def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> 
             continue
         result.behind = True
         result.corrected += 1
+        ahead.add(uid)
         if head.record is not None:
             result.records[uid] = head.record
         # else: the stream holds its deletion: the job is closed, nothing to remember
@@ -69,6 +74,7 @@ def recover(checkpoint: dict[str, JobRecord], stream: dict[str, StreamHead]) -> 
         result.corrected += 1
         result.records[uid] = head.record
     result.resource_version = newest_resource_version(stream.values())
+    result.ahead = frozenset(ahead)
     return result
 
 
